@@ -1,0 +1,354 @@
+// The general eager kernel: one boxed kernel serves every op that has a
+// lowering rule. Per call: check devices, build the cache key from the
+// arguments, and on a miss ask PyTorch's meta kernel for the outputs, run the
+// rule and compile; then gather the input buffers, launch, bind the outputs.
+// In-place and out= variants reuse the functional op's rule and write the
+// result into their destination through the storage model.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <unordered_map>
+
+#include "aten/general_kernel.h"
+#include "aten/tensor_access.h"
+#include "lowering/registry.h"
+
+namespace torch_tpu::aten {
+namespace {
+
+using lowering::LoweringArg;
+using runtime::Runtime;
+using stablehlo::TensorType;
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+// How an op maps onto a rule, resolved once per op.
+struct OpPlan {
+  std::string name;                      // "aten::add_.Tensor"
+  const lowering::LoweringRule* rule = nullptr;
+  std::optional<c10::OperatorHandle> functional;  // the op the rule is for, when it is not this one
+  std::vector<bool> is_out;              // out= arguments: written, never read
+  std::vector<int> return_alias;         // for each return: the argument it aliases, or -1
+};
+
+std::string full_name(const c10::OperatorName& n) {
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+std::vector<std::string> argument_names(const c10::FunctionSchema& s, bool skip_out) {
+  std::vector<std::string> names;
+  for (const auto& a : s.arguments())
+    if (!(skip_out && a.is_out())) names.push_back(a.name());
+  return names;
+}
+
+// The functional op whose rule computes this in-place or out= op:
+// add_.Tensor -> add.Tensor; add.out -> the overload of add with the same
+// non-out arguments.
+std::optional<c10::OperatorHandle> functional_counterpart(const c10::FunctionSchema& s) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  const std::string& name = s.name();
+  if (s.is_mutable() && !name.empty() && name.back() == '_' && s.returns().size() == 1) {
+    auto op = dispatcher.findOp({name.substr(0, name.size() - 1), s.overload_name()});
+    if (op && lowering::find_rule(full_name(op->operator_name()))) return op;
+    return std::nullopt;
+  }
+  bool has_out = false;
+  for (const auto& a : s.arguments()) has_out |= a.is_out();
+  if (!has_out) return std::nullopt;
+  // Overloads by op name, indexed once.
+  static const auto overloads = [&] {
+    std::unordered_map<std::string, std::vector<c10::OperatorName>> index;
+    for (const auto& n : dispatcher.getAllOpNames()) index[n.name].push_back(n);
+    return index;
+  }();
+  auto it = overloads.find(name);
+  if (it == overloads.end()) return std::nullopt;
+  auto wanted = argument_names(s, true);
+  for (const auto& candidate : it->second) {
+    if (candidate.overload_name == s.overload_name() || !lowering::find_rule(full_name(candidate))) continue;
+    auto op = dispatcher.findOp(candidate);
+    if (op && argument_names(op->schema(), false) == wanted) return op;
+  }
+  return std::nullopt;
+}
+
+std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
+  OpPlan plan;
+  plan.name = full_name(op.operator_name());
+  const auto& s = op.schema();
+  plan.rule = lowering::find_rule(plan.name);
+  if (!plan.rule) {
+    plan.functional = functional_counterpart(s);
+    if (!plan.functional) return std::nullopt;
+    plan.rule = lowering::find_rule(full_name(plan.functional->operator_name()));
+  }
+  for (const auto& a : s.arguments()) plan.is_out.push_back(a.is_out());
+  for (const auto& r : s.returns()) {
+    int alias = -1;
+    if (r.alias_info() && r.alias_info()->isWrite()) {
+      for (size_t i = 0; i < s.arguments().size(); ++i) {
+        const auto& ai = s.arguments()[i].alias_info();
+        if (ai && ai->isWrite() && ai->beforeSets() == r.alias_info()->beforeSets()) alias = static_cast<int>(i);
+      }
+    }
+    plan.return_alias.push_back(alias);
+  }
+  return plan;
+}
+
+const OpPlan& plan_for(const c10::OperatorHandle& op) {
+  static std::unordered_map<const c10::FunctionSchema*, OpPlan> plans;
+  auto it = plans.find(&op.schema());
+  if (it != plans.end()) return it->second;
+  auto plan = make_plan(op);
+  TORCH_CHECK(plan, "torch_tpu: no lowering for ", full_name(op.operator_name()));
+  return plans.emplace(&op.schema(), std::move(*plan)).first->second;
+}
+
+std::string dims_key(at::IntArrayRef v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+[[noreturn]] void device_mismatch(const std::string& op, const c10::Device& a, const c10::Device& b) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", a, " and ", b,
+              "! (in ", op, " on tpu; move the tensors to one device with .to(device))");
+}
+
+// A tensor the program reads: a tpu tensor, or a CPU scalar (0-d) tensor,
+// which PyTorch lets any device's ops take.
+struct Input {
+  at::Tensor tensor;
+  bool on_host = false;
+};
+
+// Converts one argument: appends its part of the key, records tensor inputs.
+void describe(const c10::IValue& v, bool is_out, const std::string& op, std::string& key, std::vector<Input>& inputs,
+              std::optional<c10::Device>& device) {
+  auto tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) {
+      key += "n;";
+      return;
+    }
+    if (t.device().type() == kTpu) {
+      if (device && *device != t.device()) device_mismatch(op, *device, t.device());
+      device = t.device();
+    } else if (t.dim() != 0 || !t.device().is_cpu()) {
+      device_mismatch(op, device.value_or(c10::Device(kTpu, 0)), t.device());
+    }
+    key += "t";
+    key += stablehlo::mlir_name(to_dtype(t.scalar_type()));
+    if (is_out) {  // only the destination dtype matters
+      key += ";";
+      return;
+    }
+    key += "[" + dims_key(t.sizes()) + "];";
+    inputs.push_back({t, t.device().type() != kTpu});
+  };
+  if (v.isTensor()) {
+    tensor(v.toTensor());
+  } else if (v.isTensorList()) {
+    key += "L";
+    for (const at::Tensor& t : v.toTensorVector()) tensor(t);
+    key += ";";
+  } else if (v.isNone()) {
+    key += "n;";
+  } else if (v.isBool()) {
+    key += v.toBool() ? "b1;" : "b0;";
+  } else if (v.isInt()) {
+    key += "i" + std::to_string(v.toInt()) + ";";
+  } else if (v.isDouble()) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "d%.17g;", v.toDouble());
+    key += buf;
+  } else if (v.isIntList()) {
+    key += "I" + dims_key(v.toIntVector()) + ";";
+  } else if (v.isString()) {
+    key += "s" + v.toStringRef() + ";";
+  } else if (v.isDevice()) {
+    key += "D;";
+  } else if (v.isComplexDouble()) {
+    TORCH_CHECK_TYPE(false, "torch_tpu: ", op, " got a complex scalar; complex numbers are not supported on tpu.");
+  } else {
+    TORCH_CHECK(false, "torch_tpu: ", op, " got an argument of type ", v.tagKind(), " that the lowering cannot take yet.");
+  }
+}
+
+// The same arguments on the meta device, for PyTorch's shape/dtype inference.
+c10::IValue to_meta(const c10::IValue& v) {
+  auto meta = [](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || t.device().is_cpu()) return t;
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+  };
+  if (v.isTensor()) return meta(v.toTensor());
+  if (v.isTensorList()) {
+    std::vector<at::Tensor> ts;
+    for (const at::Tensor& t : v.toTensorVector()) ts.push_back(meta(t));
+    return ts;
+  }
+  return v;
+}
+
+std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                                     const std::vector<bool>* skip) {
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (!skip || !(*skip)[i]) stack.push_back(to_meta(args[i]));
+  op.callBoxed(stack);
+  std::vector<TensorType> types;
+  for (const auto& r : stack) {
+    auto add = [&](const at::Tensor& t) {
+      types.push_back({to_dtype(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())});
+    };
+    if (r.isTensor()) add(r.toTensor());
+    else if (r.isTensorList())
+      for (const auto& t : r.toTensorVector()) add(t);
+  }
+  return types;
+}
+
+LoweringArg lowering_arg(const c10::IValue& v, bool is_out, stablehlo::Builder& b, size_t& next_param,
+                         const std::vector<stablehlo::Value>& params) {
+  LoweringArg a;
+  if (is_out) return a;
+  auto tensor = [&](const at::Tensor& t) { return params[next_param++]; };
+  if (v.isTensor() && v.toTensor().defined()) {
+    a.kind = LoweringArg::Tensor;
+    a.tensor = tensor(v.toTensor());
+  } else if (v.isTensorList()) {
+    a.kind = LoweringArg::TensorList;
+    for (const at::Tensor& t : v.toTensorVector()) a.tensors.push_back(tensor(t));
+  } else if (v.isBool()) {
+    a.kind = LoweringArg::Bool;
+    a.b = v.toBool();
+  } else if (v.isInt()) {
+    a.kind = LoweringArg::Int;
+    a.i = v.toInt();
+  } else if (v.isDouble()) {
+    a.kind = LoweringArg::Double;
+    a.d = v.toDouble();
+  } else if (v.isIntList()) {
+    a.kind = LoweringArg::IntList;
+    a.ints = v.toIntVector();
+  } else if (v.isString()) {
+    a.kind = LoweringArg::String;
+    a.s = v.toStringRef();
+  }
+  return a;
+}
+
+void general_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OpPlan& plan = plan_for(op);
+  const size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+
+  std::string key = plan.name + "|";
+  std::vector<Input> inputs;
+  std::optional<c10::Device> device;
+  for (size_t i = 0; i < n; ++i) describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
+  TORCH_CHECK(device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
+
+  // Destination dtypes of the written arguments decide the program's output types.
+  std::vector<at::ScalarType> dest_dtypes;
+  for (int alias : plan.return_alias)
+    if (alias >= 0) dest_dtypes.push_back(args[alias].toTensor().scalar_type());
+
+  auto program = Runtime::get().program(key, [&] {
+    // PyTorch's meta kernels decide output shapes and dtypes and raise
+    // PyTorch's own errors for bad shapes; the in-place op's own meta check
+    // runs too (e.g. "output with shape [...] doesn't match the broadcast shape").
+    std::vector<TensorType> outs;
+    if (plan.functional) {
+      bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();
+      if (!has_out) meta_outputs(op, args, nullptr);
+      outs = meta_outputs(*plan.functional, args, &plan.is_out);
+    } else {
+      outs = meta_outputs(op, args, nullptr);
+    }
+    stablehlo::Builder b;
+    std::vector<stablehlo::Value> params;
+    for (const auto& in : inputs) {
+      TensorType flat{to_dtype(in.tensor.scalar_type()), {in.tensor.numel()}};
+      params.push_back(b.parameter(flat));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto& sizes = inputs[i].tensor.sizes();
+      params[i] = b.reshape(params[i], std::vector<int64_t>(sizes.begin(), sizes.end()));
+    }
+    std::vector<LoweringArg> largs;
+    size_t next_param = 0;
+    for (size_t i = 0; i < n; ++i) largs.push_back(lowering_arg(args[i], plan.is_out[i], b, next_param, params));
+    lowering::LoweringContext ctx{b, largs, outs};
+    std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
+    TORCH_CHECK(results.size() == outs.size(), "torch_tpu: the lowering of ", plan.name, " returned ", results.size(),
+                " values for ", outs.size(), " outputs");
+    std::vector<stablehlo::Value> flat;
+    std::vector<TensorType> flat_types;
+    size_t dest = 0;
+    for (size_t k = 0; k < results.size(); ++k) {
+      stablehlo::DType dtype = outs[k].dtype;
+      if (k < plan.return_alias.size() && plan.return_alias[k] >= 0) dtype = to_dtype(dest_dtypes[dest++]);
+      TORCH_CHECK(results[k].type.numel() == outs[k].numel(), "torch_tpu: the lowering of ", plan.name, " produced ",
+                  results[k].type.str(), " where PyTorch expects shape [", dims_key(outs[k].shape), "]");
+      flat.push_back(b.reshape(b.cast(results[k], dtype), {outs[k].numel()}));
+      flat_types.push_back({dtype, outs[k].shape});
+    }
+    return std::make_pair(b.module(flat), flat_types);
+  });
+
+  std::vector<pjrt::BufferPtr> buffers;
+  std::vector<PJRT_Buffer*> raw;
+  const int dev = device->index() < 0 ? 0 : device->index();
+  for (const auto& in : inputs) {
+    buffers.push_back(in.on_host ? upload(in.tensor.contiguous(), dev) : read_dense(in.tensor));
+    raw.push_back(buffers.back()->raw());
+  }
+  auto results = Runtime::get().execute(*program, raw, dev, plan.name.c_str());
+
+  torch::jit::drop(*stack, n);
+  for (size_t k = 0; k < results.size(); ++k) {
+    const TensorType& type = program->outputs[k];
+    int alias = k < plan.return_alias.size() ? plan.return_alias[k] : -1;
+    if (alias < 0) {
+      stack->push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev));
+    } else {
+      const at::Tensor& dst = args[alias].toTensor();
+      if (plan.is_out[alias] && dst.sizes() != at::IntArrayRef(type.shape)) dst.resize_(type.shape);
+      write_dense(dst, results[k]);
+      stack->push_back(dst);
+    }
+  }
+}
+
+// Ops with no rule yet: a clear error naming the op (the CPU fallback is a later step).
+void missing_lowering(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_tpu: ", full_name(op.operator_name()),
+                              " has no tpu lowering yet. Move the tensors to CPU for this op (x.cpu()), "
+                              "or add a rule in csrc/lowering/.");
+}
+
+}  // namespace
+
+void register_general_kernels() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  static auto* library =
+      new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
+    if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;  // an explicit kernel wins
+    if (!lowering::find_rule(full_name(name)) && !functional_counterpart(op->schema())) continue;
+    std::string overload = full_name(name).substr(6);  // without "aten::"
+    library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&general_kernel>());
+  }
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&missing_lowering>()); }
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,121 @@
+// The kernels PyTorch needs from every backend and that are not lowerings:
+// allocation, views (metadata only, sharing the storage), copies across
+// devices, resize, and reading one element back to the host.
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include "aten/tensor_access.h"
+
+namespace torch_tpu::aten {
+namespace {
+
+using runtime::Runtime;
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+at::Tensor empty(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
+                 std::optional<at::Device> device, std::optional<bool>, std::optional<at::MemoryFormat> format) {
+  c10::OptionalDeviceGuard guard(device);
+  at::ScalarType t = dtype.value_or(at::get_default_dtype_as_scalartype());
+  to_dtype(t);
+  return at::detail::empty_generic(size, c10::GetAllocator(kTpu), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t,
+                                   format);
+}
+
+at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout>, std::optional<at::Device> device, std::optional<bool>) {
+  c10::OptionalDeviceGuard guard(device);
+  at::ScalarType t = dtype.value_or(at::get_default_dtype_as_scalartype());
+  to_dtype(t);
+  return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kTpu),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t);
+}
+
+// Grows the storage in place when the new shape needs more bytes; the old
+// elements keep their positions and the new ones read as zeros.
+const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (format && *format != at::MemoryFormat::Contiguous) impl->empty_tensor_restride(*format);
+  size_t needed = static_cast<size_t>(self.storage_offset() + self.numel()) * self.element_size();
+  if (self.numel() == 0) needed = 0;
+  DeviceStorage& s = storage_of(self);
+  if (needed > s.nbytes) {
+    std::vector<char> bytes(needed, 0);
+    if (s.value && s.nbytes > 0) Runtime::get().download(*s.value, bytes.data(), s.nbytes);
+    Runtime::get().track_allocation(s.device, static_cast<int64_t>(needed - s.nbytes));
+    s.nbytes = needed;
+    s.dtype = to_dtype(self.scalar_type());
+    s.value = Runtime::get().upload(bytes.data(), s.dtype, {s.numel()}, s.device);
+    self.storage().unsafeGetStorageImpl()->set_nbytes(needed);
+  }
+  return self;
+}
+
+// _copy_from(self=src, dst): every copy_ that involves a tpu tensor lands here.
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
+  if (dst.numel() == 0) return dst;
+  if (src.device().type() == kTpu && dst.device().type() == kTpu && src.device() == dst.device()) {
+    std::vector<int64_t> dst_shape(dst.sizes().begin(), dst.sizes().end());
+    std::string key = "copy|" + stablehlo::mlir_name(to_dtype(src.scalar_type())) + "|" + layout_key(src.contiguous()) +
+                      "|" + stablehlo::mlir_name(to_dtype(dst.scalar_type())) + "|" + layout_key(dst.contiguous());
+    stablehlo::TensorType in{to_dtype(src.scalar_type()), {src.numel()}};
+    stablehlo::DType out_dtype = to_dtype(dst.scalar_type());
+    std::vector<int64_t> src_shape(src.sizes().begin(), src.sizes().end());
+    auto program = Runtime::get().program(key, [&] {
+      stablehlo::Builder b;
+      auto x = b.reshape(b.parameter(in), src_shape);
+      auto y = b.broadcast_to(b.cast(x, out_dtype), dst_shape);
+      auto out = b.reshape(y, {dst.numel()});
+      return std::make_pair(b.module({out}), std::vector<stablehlo::TensorType>{out.type});
+    });
+    auto value = read_dense(src);
+    write_dense(dst, Runtime::get().execute(*program, {value->raw()}, device_index(dst), "copy_")[0]);
+    return dst;
+  }
+  if (dst.device().type() == kTpu) {  // host (or another tpu) -> tpu
+    at::Tensor host = src.device().type() == kTpu ? download(src) : src;
+    host = host.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    write_dense(dst, upload(host, device_index(dst)));
+    return dst;
+  }
+  TORCH_CHECK(src.device().type() == kTpu, "torch_tpu: _copy_from called without a tpu tensor");
+  dst.copy_(download(src));  // tpu -> host: CPU does the dtype, broadcast and strides
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
+  dst.resize_(src.sizes());
+  return copy_from(src, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  at::Tensor host = download(self);
+  return host.item();
+}
+
+at::Tensor as_strided(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty);
+  m.impl("empty_strided", empty_strided);
+  m.impl("resize_", resize_);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("as_strided", as_strided);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+}
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,23 @@
+// Ops that create values from nothing but their static arguments.
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+// arange.start_out(start, end, step, *, out): out[i] = start + i * step, in the
+// output dtype (float32 at least for low-precision floats, as PyTorch does).
+std::vector<Value> arange(LoweringContext& c) {
+  DType t = c.out().dtype;
+  DType compute = (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
+  TensorType type{compute, c.out().shape};
+  Value i = c.b.iota(type, 0);
+  Value v = c.b.binary(stablehlo::Binary::Add, c.b.constant(c.number(0), type),
+                       c.b.binary(stablehlo::Binary::Multiply, i, c.b.constant(c.number(2), type)));
+  return {c.b.cast(v, t)};
+}
+
+}  // namespace
+
+LOWERING("aten::arange.start_out", arange);
+
+}  // namespace torch_tpu::lowering

@@ -1,0 +1,109 @@
+#include "lowering/registry.h"
+
+#include <map>
+#include <stdexcept>
+
+namespace torch_tpu::lowering {
+namespace {
+
+std::map<std::string, LoweringRule, std::less<>>& table() {
+  static std::map<std::string, LoweringRule, std::less<>> rules;
+  return rules;
+}
+
+const LoweringArg& arg(const std::vector<LoweringArg>& args, size_t i, LoweringArg::Kind want, const char* what) {
+  bool number = want == LoweringArg::Double && i < args.size() &&
+                (args[i].kind == LoweringArg::Int || args[i].kind == LoweringArg::Bool);
+  if (i >= args.size() || (args[i].kind != want && !number))
+    throw std::invalid_argument(std::string("torch_tpu lowering: argument ") + std::to_string(i) + " is not " + what);
+  return args[i];
+}
+
+bool row_major(const Shape& sizes, const std::vector<int64_t>& strides) {
+  int64_t expected = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// The flat storage index of every element of the view, shaped like the view.
+Value flat_indices(Builder& b, int64_t storage_numel, const Shape& sizes, const std::vector<int64_t>& strides,
+                   int64_t offset) {
+  DType index_type = storage_numel < (int64_t{1} << 31) ? DType::Int32 : DType::Int64;
+  TensorType type{index_type, sizes};
+  Value index = b.constant_int(offset, type);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1 || strides[d] == 0) continue;
+    Value term = b.binary(stablehlo::Binary::Multiply, b.iota(type, static_cast<int64_t>(d)), b.constant_int(strides[d], type));
+    index = b.binary(stablehlo::Binary::Add, index, term);
+  }
+  return index;
+}
+
+}  // namespace
+
+void register_rule(std::string op, LoweringRule rule) {
+  if (!table().emplace(op, std::move(rule)).second)
+    throw std::logic_error("torch_tpu: two lowering rules registered for " + op);
+}
+
+const LoweringRule* find_rule(std::string_view op) {
+  auto it = table().find(op);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> registered_ops() {
+  std::vector<std::string> ops;
+  for (const auto& [name, rule] : table()) ops.push_back(name);
+  return ops;
+}
+
+int64_t normalize_dim(int64_t dim, int64_t rank) {
+  int64_t r = rank == 0 ? 1 : rank;
+  if (dim < -r || dim >= r)
+    throw std::out_of_range("Dimension out of range (expected to be in range of [" + std::to_string(-r) + ", " +
+                            std::to_string(r - 1) + "], but got " + std::to_string(dim) + ")");
+  return dim < 0 ? dim + r : dim;
+}
+
+const Value& LoweringContext::tensor(size_t i) const { return arg(args, i, LoweringArg::Tensor, "a tensor").tensor; }
+int64_t LoweringContext::integer(size_t i) const { return arg(args, i, LoweringArg::Int, "an int").i; }
+double LoweringContext::number(size_t i) const { return arg(args, i, LoweringArg::Double, "a number").number(); }
+const std::vector<int64_t>& LoweringContext::ints(size_t i) const { return arg(args, i, LoweringArg::IntList, "an int list").ints; }
+
+Value LoweringContext::value_as(size_t i, const TensorType& type) const {
+  if (i < args.size() && args[i].kind == LoweringArg::Tensor) return b.broadcast_to(b.cast(args[i].tensor, type.dtype), type.shape);
+  return b.constant(number(i), type);
+}
+
+Value LoweringContext::operand_as_output(size_t i, size_t k) const { return value_as(i, out(k)); }
+
+Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const std::vector<int64_t>& strides,
+                   int64_t offset) {
+  TensorType view{storage.dtype(), sizes};
+  int64_t numel = view.numel();
+  if (numel == 0) return b.slice(storage, {0}, {0}, {1});
+  if (row_major(sizes, strides)) {
+    if (offset == 0 && numel == storage.type.numel()) return storage;
+    return b.slice(storage, {offset}, {offset + numel}, {1});
+  }
+  Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
+  return b.reshape(b.gather_1d(storage, index), {numel});
+}
+
+Value strided_write(Builder& b, const Value& storage, const Value& update, const Shape& sizes,
+                    const std::vector<int64_t>& strides, int64_t offset) {
+  TensorType view{storage.dtype(), sizes};
+  int64_t numel = view.numel();
+  if (numel == 0) return storage;
+  if (row_major(sizes, strides)) {
+    if (offset == 0 && numel == storage.type.numel()) return update;
+    return b.dynamic_update_slice(storage, update, {b.constant_int(offset, {DType::Int64, {}})});
+  }
+  Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
+  return b.scatter_1d(storage, index, b.reshape(update, sizes));
+}
+
+}  // namespace torch_tpu::lowering

@@ -1,0 +1,87 @@
+// The lowering registry: aten op overload name ("aten::add.Tensor") -> a rule
+// that builds the op's StableHLO. One table serves every execution path.
+// Torch-free: the general kernel translates the op's arguments into
+// LoweringArgs and the meta kernel's outputs into TensorTypes.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stablehlo/builder.h"
+
+namespace torch_tpu::lowering {
+
+using stablehlo::Builder;
+using stablehlo::DType;
+using stablehlo::Shape;
+using stablehlo::TensorType;
+using stablehlo::Value;
+
+// One argument of the op, in schema order. Tensors are values of the module;
+// everything else is static (part of the executable's cache key).
+struct LoweringArg {
+  enum Kind { None, Tensor, TensorList, Int, Double, Bool, IntList, String } kind = None;
+  Value tensor;
+  std::vector<Value> tensors;
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  std::vector<int64_t> ints;
+  std::string s;
+
+  // A Scalar argument as a double, whatever its kind.
+  double number() const { return kind == Double ? d : kind == Bool ? (b ? 1 : 0) : static_cast<double>(i); }
+};
+
+struct LoweringContext {
+  Builder& b;
+  const std::vector<LoweringArg>& args;
+  const std::vector<TensorType>& outputs;  // from PyTorch's meta kernel
+
+  const Value& tensor(size_t i) const;
+  bool has(size_t i) const { return i < args.size() && args[i].kind != LoweringArg::None; }
+  int64_t integer(size_t i) const;
+  double number(size_t i) const;
+  const std::vector<int64_t>& ints(size_t i) const;
+  // An optional string argument, "" when None.
+  std::string string(size_t i) const { return has(i) ? args[i].s : std::string(); }
+  const TensorType& out(size_t k = 0) const { return outputs.at(k); }
+
+  // Operand `i` converted to the output dtype and broadcast to the output shape:
+  // what elementwise rules start from (PyTorch already decided both).
+  Value operand_as_output(size_t i, size_t k = 0) const;
+  // Argument `i` (a tensor or a Scalar) as a value of `type`.
+  Value value_as(size_t i, const TensorType& type) const;
+};
+
+using LoweringRule = std::function<std::vector<Value>(LoweringContext&)>;
+
+void register_rule(std::string op, LoweringRule rule);
+const LoweringRule* find_rule(std::string_view op);
+std::vector<std::string> registered_ops();
+
+// Static registration, one line per op next to its rule.
+struct RuleRegistrar {
+  RuleRegistrar(std::string op, LoweringRule rule) { register_rule(std::move(op), std::move(rule)); }
+};
+#define TORCH_TPU_CONCAT_(a, b) a##b
+#define TORCH_TPU_CONCAT(a, b) TORCH_TPU_CONCAT_(a, b)
+#define LOWERING(op, rule) \
+  static const ::torch_tpu::lowering::RuleRegistrar TORCH_TPU_CONCAT(lowering_rule_, __LINE__)(op, rule)
+
+// A dimension argument normalized to [0, rank).
+int64_t normalize_dim(int64_t dim, int64_t rank);
+
+// Builds the program that reads a strided view of a flat storage value as a
+// flat dense array of the view's elements (row-major).
+Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const std::vector<int64_t>& strides,
+                   int64_t offset);
+// Builds the program that writes a flat dense `update` into the strided view
+// of `storage`, returning the new storage value.
+Value strided_write(Builder& b, const Value& storage, const Value& update, const Shape& sizes,
+                    const std::vector<int64_t>& strides, int64_t offset);
+
+}  // namespace torch_tpu::lowering

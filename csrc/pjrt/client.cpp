@@ -1,0 +1,394 @@
+#include "pjrt/client.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+
+namespace torch_tpu::pjrt {
+namespace {
+
+// Zeroed args with struct_size taken from our declaration, so the plugin
+// knows which fields we know about.
+template <class T>
+T args() {
+  T a;
+  std::memset(&a, 0, sizeof(T));
+  a.struct_size = sizeof(T);
+  return a;
+}
+
+std::string error_message(const PJRT_Api* api, PJRT_Error* error) {
+  auto m = args<PJRT_Error_Message_Args>();
+  m.error = error;
+  api->PJRT_Error_Message(&m);
+  return std::string(m.message, m.message_size);
+}
+
+// Protobuf wire format: just the varint and length-delimited fields we need.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void put_int_field(std::string& out, int field, int64_t v) {
+  put_varint(out, static_cast<uint64_t>(field) << 3);
+  put_varint(out, static_cast<uint64_t>(v));
+}
+void put_bytes_field(std::string& out, int field, const std::string& bytes) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Plugin
+
+std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    const char* why = dlerror();
+    throw std::runtime_error("torch_tpu: cannot load the PJRT plugin '" + path + "': " + (why ? why : "unknown error") +
+                             ". Check the file, or set TORCH_TPU_PJRT_PLUGIN to a valid PJRT plugin library.");
+  }
+  auto get_api = reinterpret_cast<GetPjrtApiFn>(dlsym(handle, "GetPjrtApi"));
+  if (!get_api) {
+    dlclose(handle);
+    throw std::runtime_error("torch_tpu: '" + path +
+                             "' is not a PJRT plugin: it has no GetPjrtApi symbol. Set TORCH_TPU_PJRT_PLUGIN to a PJRT plugin library.");
+  }
+  const PJRT_Api* api = get_api();
+  if (!api) throw std::runtime_error("torch_tpu: GetPjrtApi of '" + path + "' returned null.");
+  const auto& v = api->pjrt_api_version;
+  if (v.major_version != kPjrtMinMajor || v.minor_version < kPjrtMinMinor) {
+    throw std::runtime_error("torch_tpu: the PJRT plugin '" + path + "' implements PJRT C API " +
+                             std::to_string(v.major_version) + "." + std::to_string(v.minor_version) +
+                             ", but torch_tpu needs " + std::to_string(kPjrtMinMajor) + "." +
+                             std::to_string(kPjrtMinMinor) + " or newer (same major). Install a newer plugin.");
+  }
+  auto plugin = std::shared_ptr<Plugin>(new Plugin(api, path));
+  auto init = args<PJRT_Plugin_Initialize_Args>();
+  plugin->check(api->PJRT_Plugin_Initialize(&init), "PJRT_Plugin_Initialize");
+  return plugin;
+}
+
+std::string Plugin::version() const { return std::to_string(major_version()) + "." + std::to_string(minor_version()); }
+
+void Plugin::check(PJRT_Error* error, const char* call) const {
+  if (!error) return;
+  std::string message = error_message(api_, error);
+  auto c = args<PJRT_Error_GetCode_Args>();
+  c.error = error;
+  int code = api_->PJRT_Error_GetCode(&c) ? PJRT_Error_Code_UNKNOWN : c.code;
+  auto d = args<PJRT_Error_Destroy_Args>();
+  d.error = error;
+  api_->PJRT_Error_Destroy(&d);
+  throw Error(call, message, code);
+}
+
+// ---------------------------------------------------------------- Event
+
+Event::~Event() {
+  auto a = args<PJRT_Event_Destroy_Args>();
+  a.event = event_;
+  if (PJRT_Error* e = plugin_->api()->PJRT_Event_Destroy(&a)) {
+    try {
+      plugin_->check(e, "PJRT_Event_Destroy");
+    } catch (...) {
+    }
+  }
+}
+
+void Event::await() {
+  auto a = args<PJRT_Event_Await_Args>();
+  a.event = event_;
+  plugin_->check(plugin_->api()->PJRT_Event_Await(&a), "PJRT_Event_Await");
+}
+
+bool Event::ready() const {
+  auto a = args<PJRT_Event_IsReady_Args>();
+  a.event = event_;
+  plugin_->check(plugin_->api()->PJRT_Event_IsReady(&a), "PJRT_Event_IsReady");
+  return a.is_ready;
+}
+
+// ---------------------------------------------------------------- Buffer
+
+Buffer::~Buffer() {
+  auto a = args<PJRT_Buffer_Destroy_Args>();
+  a.buffer = buffer_;
+  if (PJRT_Error* e = plugin_->api()->PJRT_Buffer_Destroy(&a)) {
+    try {
+      plugin_->check(e, "PJRT_Buffer_Destroy");
+    } catch (...) {
+    }
+  }
+}
+
+size_t Buffer::on_device_size() const {
+  auto a = args<PJRT_Buffer_OnDeviceSizeInBytes_Args>();
+  a.buffer = buffer_;
+  plugin_->check(plugin_->api()->PJRT_Buffer_OnDeviceSizeInBytes(&a), "PJRT_Buffer_OnDeviceSizeInBytes");
+  return a.on_device_size_in_bytes;
+}
+
+void Buffer::to_host(void* dst, size_t nbytes) const {
+  auto a = args<PJRT_Buffer_ToHostBuffer_Args>();
+  a.src = buffer_;
+  a.dst = dst;
+  a.dst_size = nbytes;
+  plugin_->check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&a), "PJRT_Buffer_ToHostBuffer");
+  Event(plugin_, a.event).await();
+}
+
+void Buffer::await_ready() const {
+  auto a = args<PJRT_Buffer_ReadyEvent_Args>();
+  a.buffer = buffer_;
+  plugin_->check(plugin_->api()->PJRT_Buffer_ReadyEvent(&a), "PJRT_Buffer_ReadyEvent");
+  Event(plugin_, a.event).await();
+}
+
+// ---------------------------------------------------------------- Executable
+
+Executable::Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* exe)
+    : plugin_(std::move(plugin)), exe_(exe) {
+  const PJRT_Api* api = plugin_->api();
+  auto g = args<PJRT_LoadedExecutable_GetExecutable_Args>();
+  g.loaded_executable = exe_;
+  plugin_->check(api->PJRT_LoadedExecutable_GetExecutable(&g), "PJRT_LoadedExecutable_GetExecutable");
+  auto n = args<PJRT_Executable_NumOutputs_Args>();
+  n.executable = g.executable;
+  PJRT_Error* error = api->PJRT_Executable_NumOutputs(&n);
+  auto d = args<PJRT_Executable_Destroy_Args>();
+  d.executable = g.executable;
+  api->PJRT_Executable_Destroy(&d);
+  plugin_->check(error, "PJRT_Executable_NumOutputs");
+  num_outputs_ = n.num_outputs;
+}
+
+Executable::~Executable() {
+  auto a = args<PJRT_LoadedExecutable_Destroy_Args>();
+  a.executable = exe_;
+  if (PJRT_Error* e = plugin_->api()->PJRT_LoadedExecutable_Destroy(&a)) {
+    try {
+      plugin_->check(e, "PJRT_LoadedExecutable_Destroy");
+    } catch (...) {
+    }
+  }
+}
+
+std::vector<BufferPtr> Executable::execute(const std::vector<PJRT_Buffer*>& inputs, PJRT_Device* device) const {
+  auto options = args<PJRT_ExecuteOptions>();
+  std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
+  PJRT_Buffer* const* argument_list = inputs.data();
+  PJRT_Buffer** output_list = outputs.data();
+  auto a = args<PJRT_LoadedExecutable_Execute_Args>();
+  a.executable = exe_;
+  a.options = &options;
+  a.argument_lists = &argument_list;
+  a.num_devices = 1;
+  a.num_args = inputs.size();
+  a.output_lists = &output_list;
+  a.execute_device = device;
+  plugin_->check(plugin_->api()->PJRT_LoadedExecutable_Execute(&a), "PJRT_LoadedExecutable_Execute");
+  std::vector<BufferPtr> result;
+  result.reserve(outputs.size());
+  for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(plugin_, b));
+  return result;
+}
+
+std::string Executable::serialize() const {
+  const PJRT_Api* api = plugin_->api();
+  auto g = args<PJRT_LoadedExecutable_GetExecutable_Args>();
+  g.loaded_executable = exe_;
+  plugin_->check(api->PJRT_LoadedExecutable_GetExecutable(&g), "PJRT_LoadedExecutable_GetExecutable");
+  auto s = args<PJRT_Executable_Serialize_Args>();
+  s.executable = g.executable;
+  PJRT_Error* error = api->PJRT_Executable_Serialize(&s);
+  std::string bytes;
+  if (!error) {
+    bytes.assign(s.serialized_bytes, s.serialized_bytes_size);
+    if (s.serialized_executable_deleter) s.serialized_executable_deleter(s.serialized_executable);
+  }
+  auto d = args<PJRT_Executable_Destroy_Args>();
+  d.executable = g.executable;
+  api->PJRT_Executable_Destroy(&d);
+  plugin_->check(error, "PJRT_Executable_Serialize");
+  return bytes;
+}
+
+// ---------------------------------------------------------------- Client
+
+Client::Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options) : plugin_(std::move(plugin)) {
+  std::vector<PJRT_NamedValue> values;
+  for (const auto& o : options) {
+    auto v = args<PJRT_NamedValue>();
+    v.name = o.name.c_str();
+    v.name_size = o.name.size();
+    v.value_size = 1;
+    switch (o.kind) {
+      case NamedOption::kString:
+        v.type = PJRT_NamedValue_kString;
+        v.string_value = o.string_value.c_str();
+        v.value_size = o.string_value.size();
+        break;
+      case NamedOption::kInt64:
+        v.type = PJRT_NamedValue_kInt64;
+        v.int64_value = o.int_value;
+        break;
+      case NamedOption::kFloat:
+        v.type = PJRT_NamedValue_kFloat;
+        v.float_value = o.float_value;
+        break;
+      case NamedOption::kBool:
+        v.type = PJRT_NamedValue_kBool;
+        v.bool_value = o.bool_value;
+        break;
+    }
+    values.push_back(v);
+  }
+  auto c = args<PJRT_Client_Create_Args>();
+  c.create_options = values.data();
+  c.num_options = values.size();
+  plugin_->check(plugin_->api()->PJRT_Client_Create(&c), "PJRT_Client_Create");
+  client_ = c.client;
+  auto d = args<PJRT_Client_AddressableDevices_Args>();
+  d.client = client_;
+  plugin_->check(plugin_->api()->PJRT_Client_AddressableDevices(&d), "PJRT_Client_AddressableDevices");
+  devices_.assign(d.addressable_devices, d.addressable_devices + d.num_addressable_devices);
+}
+
+Client::~Client() {
+  auto a = args<PJRT_Client_Destroy_Args>();
+  a.client = client_;
+  if (PJRT_Error* e = plugin_->api()->PJRT_Client_Destroy(&a)) {
+    try {
+      plugin_->check(e, "PJRT_Client_Destroy");
+    } catch (...) {
+    }
+  }
+}
+
+std::string Client::platform_name() const {
+  auto a = args<PJRT_Client_String_Args>();
+  a.client = client_;
+  plugin_->check(plugin_->api()->PJRT_Client_PlatformName(&a), "PJRT_Client_PlatformName");
+  return std::string(a.value, a.value_size);
+}
+
+std::string Client::platform_version() const {
+  auto a = args<PJRT_Client_String_Args>();
+  a.client = client_;
+  plugin_->check(plugin_->api()->PJRT_Client_PlatformVersion(&a), "PJRT_Client_PlatformVersion");
+  return std::string(a.value, a.value_size);
+}
+
+std::string Client::device_kind(size_t index) const {
+  auto g = args<PJRT_Device_GetDescription_Args>();
+  g.device = devices_.at(index);
+  plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+  auto k = args<PJRT_DeviceDescription_Kind_Args>();
+  k.device_description = g.device_description;
+  plugin_->check(plugin_->api()->PJRT_DeviceDescription_Kind(&k), "PJRT_DeviceDescription_Kind");
+  return std::string(k.device_kind, k.device_kind_size);
+}
+
+int64_t Client::device_bytes_in_use(size_t index) const {
+  auto a = args<PJRT_Device_MemoryStats_Args>();
+  a.device = devices_.at(index);
+  PJRT_Error* error = plugin_->api()->PJRT_Device_MemoryStats(&a);
+  if (error) {
+    // The CPU plugin does not implement memory stats; that is not an error for us.
+    try {
+      plugin_->check(error, "PJRT_Device_MemoryStats");
+    } catch (const Error&) {
+      return -1;
+    }
+  }
+  return a.bytes_in_use;
+}
+
+BufferPtr Client::buffer_from_host(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                                   PJRT_Device* device) const {
+  auto a = args<PJRT_Client_BufferFromHostBuffer_Args>();
+  a.client = client_;
+  a.data = data;
+  a.type = type;
+  a.dims = dims.data();
+  a.num_dims = dims.size();
+  a.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  a.device = device;
+  plugin_->check(plugin_->api()->PJRT_Client_BufferFromHostBuffer(&a), "PJRT_Client_BufferFromHostBuffer");
+  auto buffer = std::make_shared<Buffer>(plugin_, a.buffer);
+  // The host data is only borrowed during the call, but we still own the event.
+  if (a.done_with_host_buffer) Event(plugin_, a.done_with_host_buffer).await();
+  return buffer;
+}
+
+std::unique_ptr<Executable> Client::compile(const std::string& mlir, const std::string& compile_options) const {
+  auto program = args<PJRT_Program>();
+  program.code = const_cast<char*>(mlir.data());
+  program.code_size = mlir.size();
+  static const char kFormat[] = "mlir";
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  auto a = args<PJRT_Client_Compile_Args>();
+  a.client = client_;
+  a.program = &program;
+  a.compile_options = compile_options.data();
+  a.compile_options_size = compile_options.size();
+  plugin_->check(plugin_->api()->PJRT_Client_Compile(&a), "PJRT_Client_Compile");
+  return std::make_unique<Executable>(plugin_, a.executable);
+}
+
+std::unique_ptr<Executable> Client::deserialize(const std::string& bytes) const {
+  auto a = args<PJRT_Executable_DeserializeAndLoad_Args>();
+  a.client = client_;
+  a.serialized_executable = bytes.data();
+  a.serialized_executable_size = bytes.size();
+  plugin_->check(plugin_->api()->PJRT_Executable_DeserializeAndLoad(&a), "PJRT_Executable_DeserializeAndLoad");
+  return std::make_unique<Executable>(plugin_, a.loaded_executable);
+}
+
+// CompileOptionsProto { executable_build_options (3): ExecutableBuildOptionsProto {
+//   device_ordinal (1) = -1, num_replicas (4) = 1, num_partitions (5) = 1 } }
+std::string single_device_compile_options() {
+  std::string build;
+  put_int_field(build, 1, -1);
+  put_int_field(build, 4, 1);
+  put_int_field(build, 5, 1);
+  std::string options;
+  put_bytes_field(options, 3, build);
+  return options;
+}
+
+size_t element_size(PJRT_Buffer_Type type) {
+  switch (type) {
+    case PJRT_Buffer_Type_PRED:
+    case PJRT_Buffer_Type_S8:
+    case PJRT_Buffer_Type_U8:
+      return 1;
+    case PJRT_Buffer_Type_S16:
+    case PJRT_Buffer_Type_U16:
+    case PJRT_Buffer_Type_F16:
+    case PJRT_Buffer_Type_BF16:
+      return 2;
+    case PJRT_Buffer_Type_S32:
+    case PJRT_Buffer_Type_U32:
+    case PJRT_Buffer_Type_F32:
+      return 4;
+    case PJRT_Buffer_Type_S64:
+    case PJRT_Buffer_Type_U64:
+    case PJRT_Buffer_Type_F64:
+    case PJRT_Buffer_Type_C64:
+      return 8;
+    case PJRT_Buffer_Type_C128:
+      return 16;
+    default:
+      throw std::invalid_argument("torch_tpu: unknown PJRT buffer type " + std::to_string(static_cast<int>(type)));
+  }
+}
+
+}  // namespace torch_tpu::pjrt

@@ -1,0 +1,146 @@
+// A small C++ client over the PJRT C API: one RAII class per PJRT object.
+// Knows nothing of torch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pjrt/pjrt_c_api.h"
+
+namespace torch_tpu::pjrt {
+
+// A failed PJRT call: the plugin's own message plus the call that failed.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& call, const std::string& message, int code)
+      : std::runtime_error(call + " failed: " + message), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+// A loaded plugin: the shared library and its function table. The library is
+// never unloaded: plugins register global state (thread pools, allocators)
+// that does not survive dlclose.
+class Plugin {
+ public:
+  // dlopen + GetPjrtApi + version check + PJRT_Plugin_Initialize.
+  static std::shared_ptr<Plugin> load(const std::string& path);
+
+  const PJRT_Api* api() const { return api_; }
+  const std::string& path() const { return path_; }
+  int major_version() const { return api_->pjrt_api_version.major_version; }
+  int minor_version() const { return api_->pjrt_api_version.minor_version; }
+  std::string version() const;
+
+  // Throws Error (and frees `error`) when `error` is set.
+  void check(PJRT_Error* error, const char* call) const;
+
+ private:
+  Plugin(const PJRT_Api* api, std::string path) : api_(api), path_(std::move(path)) {}
+  const PJRT_Api* api_;
+  std::string path_;
+};
+
+class Event {
+ public:
+  Event(std::shared_ptr<Plugin> plugin, PJRT_Event* event) : plugin_(std::move(plugin)), event_(event) {}
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void await();
+  bool ready() const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_Event* event_;
+};
+
+// A device buffer. Buffers are values: nothing writes into one after it is
+// created, which is what lets tensors share them freely.
+class Buffer {
+ public:
+  Buffer(std::shared_ptr<Plugin> plugin, PJRT_Buffer* buffer) : plugin_(std::move(plugin)), buffer_(buffer) {}
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  PJRT_Buffer* raw() const { return buffer_; }
+  size_t on_device_size() const;
+  // Copies the whole buffer into `dst` (row-major) and waits for the copy.
+  void to_host(void* dst, size_t nbytes) const;
+  // Waits until the computation producing this buffer finished; raises its error.
+  void await_ready() const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_Buffer* buffer_;
+};
+
+using BufferPtr = std::shared_ptr<Buffer>;
+
+class Executable {
+ public:
+  Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* exe);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+
+  size_t num_outputs() const { return num_outputs_; }
+  // Launches on `device`; returns the outputs without waiting for them.
+  std::vector<BufferPtr> execute(const std::vector<PJRT_Buffer*>& args, PJRT_Device* device) const;
+  std::string serialize() const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_LoadedExecutable* exe_;
+  size_t num_outputs_ = 0;
+};
+
+struct NamedOption {
+  std::string name;
+  enum Kind { kString, kInt64, kFloat, kBool } kind;
+  std::string string_value;
+  int64_t int_value = 0;
+  float float_value = 0;
+  bool bool_value = false;
+};
+
+class Client {
+ public:
+  Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::shared_ptr<Plugin>& plugin() const { return plugin_; }
+  const std::vector<PJRT_Device*>& devices() const { return devices_; }
+  std::string platform_name() const;
+  std::string platform_version() const;
+  std::string device_kind(size_t index) const;
+  // bytes_in_use as the plugin reports it, or -1 where it reports nothing.
+  int64_t device_bytes_in_use(size_t index) const;
+
+  BufferPtr buffer_from_host(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
+                             PJRT_Device* device) const;
+  // Compiles a StableHLO module given as MLIR text.
+  std::unique_ptr<Executable> compile(const std::string& mlir, const std::string& compile_options) const;
+  std::unique_ptr<Executable> deserialize(const std::string& bytes) const;
+
+ private:
+  std::shared_ptr<Plugin> plugin_;
+  PJRT_Client* client_ = nullptr;
+  std::vector<PJRT_Device*> devices_;
+};
+
+// A serialized xla.CompileOptionsProto for a single-device program.
+std::string single_device_compile_options();
+
+// Bytes of one element of `type`.
+size_t element_size(PJRT_Buffer_Type type);
+
+}  // namespace torch_tpu::pjrt

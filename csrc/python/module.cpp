@@ -1,0 +1,81 @@
+// torch_tpu._C: the extension module's bindings. Thin: every function here
+// forwards to the runtime or the aten layer.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "aten/general_kernel.h"
+#include "aten/tensor_access.h"
+#include "lowering/registry.h"
+#include "runtime/runtime.h"
+
+namespace py = pybind11;
+using torch_tpu::runtime::EagerMode;
+using torch_tpu::runtime::Runtime;
+
+namespace {
+
+// Median microseconds of a bare PJRT execute of `a + b` on the tensors'
+// buffers: the floor under the eager dispatch of the same op.
+double bare_execute_median_us(const at::Tensor& a, const at::Tensor& b, int iters) {
+  namespace shlo = torch_tpu::stablehlo;
+  shlo::TensorType ta{torch_tpu::aten::to_dtype(a.scalar_type()), {a.numel()}};
+  shlo::Builder builder;
+  auto x = builder.parameter(ta), y = builder.parameter(ta);
+  auto out = builder.binary(shlo::Binary::Add, x, y);
+  auto program = Runtime::get().program("bench|" + out.type.str(), [&] {
+    return std::make_pair(builder.module({out}), std::vector<shlo::TensorType>{out.type});
+  });
+  auto ba = torch_tpu::aten::read_dense(a), bb = torch_tpu::aten::read_dense(b);
+  PJRT_Device* device = Runtime::get().device(torch_tpu::aten::device_index(a));
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto outs = program->executable->execute({ba->raw(), bb->raw()}, device);
+    outs.clear();
+    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu native extension";
+  m.def("_set_search_paths", &Runtime::set_search_paths);
+  m.def("_register_kernels", &torch_tpu::aten::register_general_kernels);
+  m.def("_initialized", &Runtime::initialized);
+  m.def("_set_device", [](int i) {
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
+        ->setDevice(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(i)));
+  });
+  m.def("_current_device",
+        [] { return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index(); });
+  m.def("device_count", [] { return Runtime::get().device_count(); });
+  m.def("platform_name", [] { return Runtime::get().client().platform_name(); });
+  m.def("platform_version", [] { return Runtime::get().client().platform_version(); });
+  m.def("device_kind", [](int i) { return Runtime::get().client().device_kind(i); });
+  m.def("device_name", [] { return Runtime::get().device_name(); });
+  m.def("plugin_path", [] { return Runtime::get().plugin_path(); });
+  m.def("plugin_api_version", [] { return Runtime::get().client().plugin()->version(); });
+  m.def("synchronize", [](int device) {
+    py::gil_scoped_release release;
+    Runtime::get().synchronize(device);
+  });
+  m.def("metrics", [] { return Runtime::get().metrics(); });
+  m.def("reset_metrics", [] { Runtime::get().reset_metrics(); });
+  m.def("memory_allocated", [](int d) { return Runtime::get().memory_allocated(d); });
+  m.def("max_memory_allocated", [](int d) { return Runtime::get().max_memory_allocated(d); });
+  m.def("device_bytes_in_use", [](int d) { return Runtime::get().client().device_bytes_in_use(d); });
+  m.def("set_eager_mode", [](const std::string& mode) {
+    if (mode == "strict") Runtime::get().set_mode(EagerMode::Strict);
+    else if (mode == "debug") Runtime::get().set_mode(EagerMode::Debug);
+    else throw py::value_error("torch_tpu.set_eager_mode: '" + mode + "' is not one of: strict, debug");
+  });
+  m.def("get_eager_mode", [] { return Runtime::get().mode() == EagerMode::Debug ? "debug" : "strict"; });
+  m.def("registered_lowerings", &torch_tpu::lowering::registered_ops);
+  m.def("_bare_execute_median_us", &bare_execute_median_us);
+}

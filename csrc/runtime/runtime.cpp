@@ -1,0 +1,249 @@
+#include "runtime/runtime.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace torch_tpu::runtime {
+namespace {
+
+std::vector<std::string>& search_paths() {
+  static std::vector<std::string> paths;
+  return paths;
+}
+std::atomic<Runtime*> instance{nullptr};
+
+std::string env(const char* name, const char* fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string upper(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// FNV-1a, for file names of the on-disk cache.
+std::string hash_hex(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  std::ostringstream o;
+  o << std::hex << h;
+  return o.str();
+}
+
+}  // namespace
+
+PJRT_Buffer_Type pjrt_type(DType t) {
+  switch (t) {
+    case DType::Bool: return PJRT_Buffer_Type_PRED;
+    case DType::Int8: return PJRT_Buffer_Type_S8;
+    case DType::Int16: return PJRT_Buffer_Type_S16;
+    case DType::Int32: return PJRT_Buffer_Type_S32;
+    case DType::Int64: return PJRT_Buffer_Type_S64;
+    case DType::UInt8: return PJRT_Buffer_Type_U8;
+    case DType::Float16: return PJRT_Buffer_Type_F16;
+    case DType::BFloat16: return PJRT_Buffer_Type_BF16;
+    case DType::Float32: return PJRT_Buffer_Type_F32;
+    case DType::Float64: return PJRT_Buffer_Type_F64;
+  }
+  return PJRT_Buffer_Type_INVALID;
+}
+
+std::string find_plugin(const std::string& device, const std::vector<std::string>& paths) {
+  std::string override_path = env("TORCH_TPU_PJRT_PLUGIN");
+  if (!override_path.empty()) {
+    if (!std::filesystem::exists(override_path))
+      throw std::runtime_error("torch_tpu: TORCH_TPU_PJRT_PLUGIN='" + override_path + "' does not exist.");
+    return override_path;
+  }
+  std::vector<std::string> candidates;
+  if (device == "CPU") {
+    candidates = {"lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"};
+  } else if (device == "CUDA" || device == "GPU") {
+    candidates = {"jax_plugins/xla_cuda13/xla_cuda_plugin.so", "jax_plugins/xla_cuda12/xla_cuda_plugin.so"};
+  } else if (device == "TPU") {
+    candidates = {"libtpu/libtpu.so"};
+  } else {
+    throw std::runtime_error("torch_tpu: unknown PJRT_DEVICE='" + device +
+                             "'. Use CPU (default), CUDA or TPU, or set TORCH_TPU_PJRT_PLUGIN=/path/to/plugin.so.");
+  }
+  std::string looked;
+  for (const auto& dir : paths) {
+    for (const auto& c : candidates) {
+      std::filesystem::path p = std::filesystem::path(dir) / c;
+      if (std::filesystem::exists(p)) return p.string();
+      looked += "\n  " + p.string();
+    }
+  }
+  std::string package = device == "CPU" ? "lammps-jax-pjrt-cpu==0.11.2"
+                        : device == "TPU" ? "libtpu"
+                                          : "jax-cuda13-pjrt (or jax-cuda12-pjrt)";
+  throw std::runtime_error("torch_tpu: no PJRT plugin found for PJRT_DEVICE=" + device + ". Looked in:" +
+                           (looked.empty() ? std::string("\n  (no search paths)") : looked) + "\nInstall " + package +
+                           ", or set TORCH_TPU_PJRT_PLUGIN=/path/to/plugin.so.");
+}
+
+void Runtime::set_search_paths(std::vector<std::string> paths) { search_paths() = std::move(paths); }
+bool Runtime::initialized() { return instance.load() != nullptr; }
+
+Runtime& Runtime::get() {
+  if (Runtime* r = instance.load()) return *r;
+  static std::mutex init_mutex;
+  std::lock_guard<std::mutex> lock(init_mutex);
+  if (!instance.load()) instance.store(new Runtime());  // lives for the process, like the plugin
+  return *instance.load();
+}
+
+Runtime::Runtime() {
+  device_name_ = upper(env("PJRT_DEVICE", "CPU"));
+  plugin_path_ = find_plugin(device_name_, search_paths());
+  auto plugin = pjrt::Plugin::load(plugin_path_);
+  std::vector<pjrt::NamedOption> options;
+  if (device_name_ == "CUDA" || device_name_ == "GPU") {
+    // Allocate as needed instead of reserving most of the GPU up front.
+    pjrt::NamedOption o{"preallocate", pjrt::NamedOption::kBool};
+    o.bool_value = false;
+    options.push_back(o);
+  }
+  client_ = std::make_unique<pjrt::Client>(plugin, options);
+  compile_options_ = pjrt::single_device_compile_options();
+  if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
+    if (m == "debug") mode_ = EagerMode::Debug;
+    else if (m != "strict")
+      throw std::runtime_error("torch_tpu: TORCH_TPU_EAGER_MODE='" + m + "' is not one of: strict, debug.");
+  }
+  allocated_ = std::vector<std::atomic<int64_t>>(device_count());
+  peak_ = std::vector<std::atomic<int64_t>>(device_count());
+  pending_.resize(device_count());
+}
+
+PJRT_Device* Runtime::device(int index) const {
+  if (index < 0 || static_cast<size_t>(index) >= device_count())
+    throw std::out_of_range("torch_tpu: device index " + std::to_string(index) + " is out of range: there are " +
+                            std::to_string(device_count()) + " tpu devices.");
+  return client_->devices()[index];
+}
+
+ProgramPtr Runtime::program(const std::string& key,
+                            const std::function<std::pair<std::string, std::vector<TensorType>>()>& build) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = programs_.find(key);
+    if (it != programs_.end()) {
+      ++counters_["cache_hits"];
+      return it->second;
+    }
+  }
+  auto [mlir, outputs] = build();
+  auto program = std::make_shared<Program>();
+  program->outputs = std::move(outputs);
+  program->mlir = mlir;
+  // The on-disk cache is keyed by what was compiled and by which plugin.
+  std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
+  std::filesystem::path file;
+  if (!cache_dir.empty())
+    file = std::filesystem::path(cache_dir) /
+           (hash_hex(plugin_path_ + "|" + client_->plugin()->version() + "|" + mlir) + ".pjrt");
+  if (!file.empty() && std::filesystem::exists(file)) {
+    std::ifstream in(file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try {
+      program->executable = client_->deserialize(bytes);
+      count("disk_cache_hits");
+    } catch (const pjrt::Error&) {
+      program->executable = nullptr;  // stale or foreign entry: compile afresh below
+    }
+  }
+  if (!program->executable) {
+    try {
+      program->executable = client_->compile(mlir, compile_options_);
+    } catch (const pjrt::Error& e) {
+      throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + mlir);
+    }
+    count("compiles");
+    if (!file.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(file.parent_path(), ec);
+      std::ofstream out(file, std::ios::binary);
+      std::string bytes = program->executable->serialize();
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return programs_.emplace(key, std::move(program)).first->second;
+}
+
+std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
+                                              const char* what) {
+  count("executions");
+  auto outputs = program.executable->execute(args, this->device(device));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& pending = pending_[device];
+    if (pending.size() >= 4096)  // forget outputs already freed: they were awaited or dropped
+      std::erase_if(pending, [](const auto& w) { return w.expired(); });
+    for (const auto& o : outputs) pending.push_back(o);
+  }
+  if (mode() == EagerMode::Debug) {
+    for (const auto& o : outputs) {
+      try {
+        o->await_ready();
+      } catch (const pjrt::Error& e) {
+        throw std::runtime_error(std::string("torch_tpu: ") + what + " failed on the device: " + e.what());
+      }
+    }
+  }
+  return outputs;
+}
+
+void Runtime::synchronize(int device) {
+  std::vector<std::weak_ptr<pjrt::Buffer>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending.swap(pending_.at(device));
+  }
+  for (const auto& w : pending)
+    if (auto b = w.lock()) b->await_ready();
+}
+
+pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device) {
+  count("transfers_to_device");
+  return client_->buffer_from_host(data, pjrt_type(dtype), dims, this->device(device));
+}
+
+void Runtime::download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
+  count("transfers_to_host");
+  buffer.to_host(dst, nbytes);
+}
+
+void Runtime::count(const std::string& name, int64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_[name] += n;
+}
+
+std::map<std::string, int64_t> Runtime::metrics() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto m = counters_;
+  m["cached_programs"] = static_cast<int64_t>(programs_.size());
+  return m;
+}
+
+void Runtime::reset_metrics() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counters_.clear();
+}
+
+void Runtime::track_allocation(int device, int64_t delta) {
+  if (device < 0 || static_cast<size_t>(device) >= allocated_.size()) return;
+  int64_t now = allocated_[device].fetch_add(delta) + delta;
+  int64_t peak = peak_[device].load();
+  while (now > peak && !peak_[device].compare_exchange_weak(peak, now)) {
+  }
+}
+
+int64_t Runtime::memory_allocated(int device) const { return allocated_.at(device).load(); }
+int64_t Runtime::max_memory_allocated(int device) const { return peak_.at(device).load(); }
+
+}  // namespace torch_tpu::runtime

@@ -1,0 +1,107 @@
+// The device runtime: the one PJRT client of the process, the executable
+// cache shared by every execution path, device storages, and metrics.
+// Torch-free: the aten layer translates tensors into these terms.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pjrt/client.h"
+#include "stablehlo/builder.h"
+
+namespace torch_tpu::runtime {
+
+using stablehlo::DType;
+using stablehlo::TensorType;
+
+PJRT_Buffer_Type pjrt_type(DType t);
+
+// What a tensor's storage DataPtr points at (DESIGN.md, "Storage model").
+// `value` is a flat 1-D buffer of nbytes / byte_size(dtype) elements, or null
+// until something writes the storage. Buffers are immutable values: a write
+// computes a new buffer and swaps it in, so every alias sees it.
+struct DeviceStorage {
+  size_t nbytes = 0;
+  int device = 0;
+  DType dtype = DType::Float32;
+  pjrt::BufferPtr value;
+
+  int64_t numel() const { return static_cast<int64_t>(nbytes / stablehlo::byte_size(dtype)); }
+};
+
+// A compiled program and the types of its outputs.
+struct Program {
+  std::unique_ptr<pjrt::Executable> executable;
+  std::vector<TensorType> outputs;
+  std::string mlir;
+};
+using ProgramPtr = std::shared_ptr<const Program>;
+
+enum class EagerMode { Strict, Debug };
+
+class Runtime {
+ public:
+  // The process's runtime, created on first use (loads the plugin).
+  static Runtime& get();
+  // Where Python packages live, to find plugins installed from PyPI. Call
+  // before first use; the C++ tests use TORCH_TPU_PJRT_PLUGIN instead.
+  static void set_search_paths(std::vector<std::string> paths);
+  static bool initialized();
+
+  const pjrt::Client& client() const { return *client_; }
+  size_t device_count() const { return client_->devices().size(); }
+  PJRT_Device* device(int index) const;
+  const std::string& device_name() const { return device_name_; }  // "CPU", "CUDA", "TPU"
+  const std::string& plugin_path() const { return plugin_path_; }
+
+  // The program for `key`, compiled by `build()` (MLIR text and output types)
+  // on the first request only. Thread-safe.
+  ProgramPtr program(const std::string& key, const std::function<std::pair<std::string, std::vector<TensorType>>()>& build);
+  // Runs `program` on `device`, not waiting for it unless the mode is Debug.
+  std::vector<pjrt::BufferPtr> execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
+                                       const char* what);
+
+  // Waits for everything launched on `device` so far; raises the first device error.
+  void synchronize(int device);
+
+  pjrt::BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device);
+  void download(const pjrt::Buffer& buffer, void* dst, size_t nbytes);
+
+  EagerMode mode() const { return mode_.load(); }
+  void set_mode(EagerMode m) { mode_.store(m); }
+
+  // Counters: compiles, cache hits, executions, transfers.
+  void count(const std::string& name, int64_t n = 1);
+  std::map<std::string, int64_t> metrics();
+  void reset_metrics();
+
+  // Bytes held by live device storages, per device; and the peak.
+  void track_allocation(int device, int64_t delta);
+  int64_t memory_allocated(int device) const;
+  int64_t max_memory_allocated(int device) const;
+
+ private:
+  Runtime();
+  std::unique_ptr<pjrt::Client> client_;
+  std::string device_name_, plugin_path_;
+  std::string compile_options_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, ProgramPtr> programs_;
+  std::map<std::string, int64_t> counters_;
+  std::atomic<EagerMode> mode_{EagerMode::Strict};
+  std::vector<std::atomic<int64_t>> allocated_, peak_;
+  std::vector<std::vector<std::weak_ptr<pjrt::Buffer>>> pending_;  // launched since the last synchronize
+};
+
+// The plugin library for PJRT_DEVICE (CPU | CUDA | TPU), or the
+// TORCH_TPU_PJRT_PLUGIN override. Throws naming every place looked in.
+std::string find_plugin(const std::string& device, const std::vector<std::string>& search_paths);
+
+}  // namespace torch_tpu::runtime

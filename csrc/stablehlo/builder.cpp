@@ -1,0 +1,495 @@
+#include "stablehlo/builder.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+namespace torch_tpu::stablehlo {
+namespace {
+
+std::string join(const std::vector<int64_t>& v, const char* sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
+std::string i64_array(const std::vector<int64_t>& v) { return v.empty() ? "array<i64>" : "array<i64: " + join(v) + ">"; }
+std::string list(const std::vector<int64_t>& v) { return "[" + join(v) + "]"; }
+
+[[noreturn]] void refuse(const std::string& op, const std::string& why, const std::vector<Value>& operands) {
+  std::string types;
+  for (size_t i = 0; i < operands.size(); ++i) types += (i ? ", " : "") + operands[i].type.str();
+  throw std::invalid_argument("stablehlo." + op + ": " + why + " (operands: " + types + ")");
+}
+
+void require_same_type(const std::string& op, const std::vector<Value>& xs) {
+  for (const auto& x : xs)
+    if (x.type != xs[0].type) refuse(op, "operands must have the same type", xs);
+}
+
+std::string hex(uint64_t bits, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%0*llX", digits, static_cast<unsigned long long>(bits));
+  return buf;
+}
+
+// Round-to-nearest-even narrowing of an IEEE float32 to half and bfloat16 bits.
+uint16_t to_bfloat16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t rounding = 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+uint16_t to_half(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  uint32_t sign = (u >> 16) & 0x8000;
+  uint32_t abs = u & 0x7FFFFFFF;
+  if (abs > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);                 // NaN
+  if (abs >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);                // overflow to inf
+  if (abs < 0x38800000) {                                                            // subnormal or zero
+    float scaled = std::bit_cast<float>(abs) * 16777216.0f;                          // * 2^24
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled)));
+  }
+  uint32_t rounded = abs + 0xFFF + ((abs >> 13) & 1);
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
+}
+
+// The element literal of a dense attribute, exact for every dtype.
+std::string literal(double v, DType t) {
+  switch (t) {
+    case DType::Bool:
+      return v != 0 ? "true" : "false";
+    case DType::Float64:
+      return hex(std::bit_cast<uint64_t>(v), 16);
+    case DType::Float32:
+      return hex(std::bit_cast<uint32_t>(static_cast<float>(v)), 8);
+    case DType::Float16:
+      return hex(to_half(static_cast<float>(v)), 4);
+    case DType::BFloat16:
+      return hex(to_bfloat16(static_cast<float>(v)), 4);
+    case DType::UInt8:
+      return std::to_string(static_cast<uint8_t>(static_cast<int64_t>(v)));
+    default:
+      return std::to_string(static_cast<int64_t>(v));
+  }
+}
+
+const char* unary_name(Unary op) {
+  switch (op) {
+    case Unary::Abs: return "abs";
+    case Unary::Negate: return "negate";
+    case Unary::Exp: return "exponential";
+    case Unary::Expm1: return "exponential_minus_one";
+    case Unary::Log: return "log";
+    case Unary::Log1p: return "log_plus_one";
+    case Unary::Sqrt: return "sqrt";
+    case Unary::Rsqrt: return "rsqrt";
+    case Unary::Tanh: return "tanh";
+    case Unary::Logistic: return "logistic";
+    case Unary::Floor: return "floor";
+    case Unary::Ceil: return "ceil";
+    case Unary::Sign: return "sign";
+    case Unary::Not: return "not";
+    case Unary::Cos: return "cosine";
+    case Unary::Sin: return "sine";
+    case Unary::Tan: return "tan";
+    case Unary::RoundNearestEven: return "round_nearest_even";
+    case Unary::RoundNearestAfz: return "round_nearest_afz";
+    case Unary::IsFinite: return "is_finite";
+    case Unary::Cbrt: return "cbrt";
+  }
+  return "?";
+}
+
+const char* binary_name(Binary op) {
+  switch (op) {
+    case Binary::Add: return "add";
+    case Binary::Subtract: return "subtract";
+    case Binary::Multiply: return "multiply";
+    case Binary::Divide: return "divide";
+    case Binary::Remainder: return "remainder";
+    case Binary::Maximum: return "maximum";
+    case Binary::Minimum: return "minimum";
+    case Binary::Power: return "power";
+    case Binary::And: return "and";
+    case Binary::Or: return "or";
+    case Binary::Xor: return "xor";
+    case Binary::Atan2: return "atan2";
+    case Binary::ShiftLeft: return "shift_left";
+    case Binary::ShiftRightArithmetic: return "shift_right_arithmetic";
+    case Binary::ShiftRightLogical: return "shift_right_logical";
+  }
+  return "?";
+}
+
+const char* compare_name(Compare c) {
+  switch (c) {
+    case Compare::EQ: return "EQ";
+    case Compare::NE: return "NE";
+    case Compare::LT: return "LT";
+    case Compare::LE: return "LE";
+    case Compare::GT: return "GT";
+    case Compare::GE: return "GE";
+  }
+  return "?";
+}
+
+bool is_permutation(const std::vector<int64_t>& p, int64_t rank) {
+  if (static_cast<int64_t>(p.size()) != rank) return false;
+  std::vector<int64_t> s = p;
+  std::sort(s.begin(), s.end());
+  for (int64_t i = 0; i < rank; ++i)
+    if (s[i] != i) return false;
+  return true;
+}
+
+}  // namespace
+
+bool is_float(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;
+}
+bool is_signed_int(DType t) {
+  return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64;
+}
+
+size_t byte_size(DType t) {
+  switch (t) {
+    case DType::Bool:
+    case DType::Int8:
+    case DType::UInt8:
+      return 1;
+    case DType::Int16:
+    case DType::Float16:
+    case DType::BFloat16:
+      return 2;
+    case DType::Int32:
+    case DType::Float32:
+      return 4;
+    case DType::Int64:
+    case DType::Float64:
+      return 8;
+  }
+  return 0;
+}
+
+std::string mlir_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "i1";
+    case DType::Int8: return "i8";
+    case DType::Int16: return "i16";
+    case DType::Int32: return "i32";
+    case DType::Int64: return "i64";
+    case DType::UInt8: return "ui8";
+    case DType::Float16: return "f16";
+    case DType::BFloat16: return "bf16";
+    case DType::Float32: return "f32";
+    case DType::Float64: return "f64";
+  }
+  return "?";
+}
+
+int64_t TensorType::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string TensorType::str() const {
+  std::string s = "tensor<";
+  for (int64_t d : shape) s += std::to_string(d) + "x";
+  return s + mlir_name(dtype) + ">";
+}
+
+// ------------------------------------------------------------------ plumbing
+
+std::string Builder::fresh() { return "%v" + std::to_string(next_++); }
+
+Value Builder::parameter(const TensorType& type) {
+  if (!body_.empty()) throw std::logic_error("stablehlo: parameters must be declared before ops");
+  Value v{"%p" + std::to_string(params_.size()), type};
+  params_.push_back(v);
+  return v;
+}
+
+Value Builder::emit(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,
+                    const TensorType& result, const std::string& region) {
+  Value out{fresh(), result};
+  std::string line = out.name + " = \"stablehlo." + op + "\"(";
+  std::string types;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    line += (i ? ", " : "") + operands[i].name;
+    types += (i ? ", " : "") + operands[i].type.str();
+  }
+  line += ")";
+  if (!region.empty()) line += " (" + region + ")";
+  if (!attrs.empty()) line += " {" + attrs + "}";
+  line += " : (" + types + ") -> " + result.str();
+  body_.push_back(line);
+  return out;
+}
+
+std::string Builder::module(const std::vector<Value>& results) const {
+  std::ostringstream s;
+  s << "module @torch_tpu {\n  func.func public @main(";
+  for (size_t i = 0; i < params_.size(); ++i) s << (i ? ", " : "") << params_[i].name << ": " << params_[i].type.str();
+  s << ") -> (";
+  for (size_t i = 0; i < results.size(); ++i) s << (i ? ", " : "") << results[i].type.str();
+  s << ") {\n";
+  for (const auto& line : body_) s << "    " << line << "\n";
+  s << "    \"func.return\"(";
+  for (size_t i = 0; i < results.size(); ++i) s << (i ? ", " : "") << results[i].name;
+  s << ") : (";
+  for (size_t i = 0; i < results.size(); ++i) s << (i ? ", " : "") << results[i].type.str();
+  s << ") -> ()\n  }\n}\n";
+  return s.str();
+}
+
+// ------------------------------------------------------------------ ops
+
+Value Builder::constant(double v, const TensorType& type) {
+  return emit("constant", {}, "value = dense<" + literal(v, type.dtype) + "> : " + type.str(), type);
+}
+
+Value Builder::constant_int(int64_t v, const TensorType& type) {
+  if (is_float(type.dtype)) return constant(static_cast<double>(v), type);
+  std::string lit = type.dtype == DType::Bool ? (v ? "true" : "false")
+                    : type.dtype == DType::UInt8 ? std::to_string(static_cast<uint8_t>(v))
+                                                 : std::to_string(v);
+  return emit("constant", {}, "value = dense<" + lit + "> : " + type.str(), type);
+}
+
+Value Builder::iota(const TensorType& type, int64_t dimension) {
+  if (dimension < 0 || dimension >= type.rank())
+    throw std::invalid_argument("stablehlo.iota: dimension " + std::to_string(dimension) + " out of range for " +
+                                type.str());
+  return emit("iota", {}, "iota_dimension = " + std::to_string(dimension) + " : i64", type);
+}
+
+Value Builder::unary(Unary op, const Value& x) {
+  const std::string name = unary_name(op);
+  bool float_only = op != Unary::Abs && op != Unary::Negate && op != Unary::Sign && op != Unary::Not;
+  if (float_only && !is_float(x.dtype())) refuse(name, "needs a floating-point operand", {x});
+  if (op == Unary::Not && is_float(x.dtype())) refuse(name, "needs a boolean or integer operand", {x});
+  if ((op == Unary::Abs || op == Unary::Negate || op == Unary::Sign) && x.dtype() == DType::Bool)
+    refuse(name, "does not take a boolean operand", {x});
+  TensorType result = x.type;
+  if (op == Unary::IsFinite) result.dtype = DType::Bool;
+  return emit(name, {x}, "", result);
+}
+
+Value Builder::binary(Binary op, const Value& a, const Value& b) {
+  const std::string name = binary_name(op);
+  require_same_type(name, {a, b});
+  bool logical = op == Binary::And || op == Binary::Or || op == Binary::Xor;
+  bool shift = op == Binary::ShiftLeft || op == Binary::ShiftRightArithmetic || op == Binary::ShiftRightLogical;
+  if ((logical || shift) && is_float(a.dtype())) refuse(name, "needs boolean or integer operands", {a, b});
+  if (op == Binary::Atan2 && !is_float(a.dtype())) refuse(name, "needs floating-point operands", {a, b});
+  return emit(name, {a, b}, "", a.type);
+}
+
+Value Builder::compare(Compare dir, const Value& a, const Value& b) {
+  require_same_type("compare", {a, b});
+  const char* kind = is_float(a.dtype()) ? "FLOAT" : is_signed_int(a.dtype()) ? "SIGNED" : "UNSIGNED";
+  std::string attrs = std::string("comparison_direction = #stablehlo<comparison_direction ") + compare_name(dir) +
+                      ">, compare_type = #stablehlo<comparison_type " + kind + ">";
+  return emit("compare", {a, b}, attrs, {DType::Bool, a.shape()});
+}
+
+Value Builder::select(const Value& pred, const Value& on_true, const Value& on_false) {
+  require_same_type("select", {on_true, on_false});
+  if (pred.dtype() != DType::Bool || (pred.rank() != 0 && pred.shape() != on_true.shape()))
+    refuse("select", "the predicate must be i1 of the operands' shape or a scalar", {pred, on_true, on_false});
+  return emit("select", {pred, on_true, on_false}, "", on_true.type);
+}
+
+Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
+  for (const Value* bound : {&lo, &hi})
+    if (bound->dtype() != x.dtype() || (bound->rank() != 0 && bound->shape() != x.shape()))
+      refuse("clamp", "bounds must be scalars or match the operand's type", {lo, x, hi});
+  return emit("clamp", {lo, x, hi}, "", x.type);
+}
+
+Value Builder::convert(const Value& x, DType to) { return emit("convert", {x}, "", {to, x.shape()}); }
+
+Value Builder::bitcast_convert(const Value& x, const TensorType& to) {
+  size_t from_bytes = byte_size(x.dtype()), to_bytes = byte_size(to.dtype);
+  Shape expected = x.shape();
+  if (from_bytes > to_bytes) {
+    expected.push_back(static_cast<int64_t>(from_bytes / to_bytes));
+  } else if (from_bytes < to_bytes) {
+    if (expected.empty() || expected.back() != static_cast<int64_t>(to_bytes / from_bytes))
+      refuse("bitcast_convert", "the last dimension must hold exactly one wider element", {x});
+    expected.pop_back();
+  }
+  if (to.shape != expected) refuse("bitcast_convert", "result shape must be " + TensorType{to.dtype, expected}.str(), {x});
+  return emit("bitcast_convert", {x}, "", to);
+}
+
+Value Builder::broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int64_t>& dims) {
+  if (static_cast<int64_t>(dims.size()) != x.rank()) refuse("broadcast_in_dim", "needs one dimension per operand dimension", {x});
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= static_cast<int64_t>(shape.size()) || (x.shape()[i] != 1 && x.shape()[i] != shape[dims[i]]))
+      refuse("broadcast_in_dim", "operand dimension " + std::to_string(i) + " cannot map to result dimension " +
+                                     std::to_string(dims[i]) + " of " + TensorType{x.dtype(), shape}.str(), {x});
+  }
+  return emit("broadcast_in_dim", {x}, "broadcast_dimensions = " + i64_array(dims), {x.dtype(), shape});
+}
+
+Value Builder::reshape(const Value& x, const Shape& shape) {
+  TensorType result{x.dtype(), shape};
+  if (result.numel() != x.type.numel()) refuse("reshape", "cannot reshape to " + result.str(), {x});
+  if (result == x.type) return x;
+  return emit("reshape", {x}, "", result);
+}
+
+Value Builder::transpose(const Value& x, const std::vector<int64_t>& permutation) {
+  if (!is_permutation(permutation, x.rank())) refuse("transpose", "invalid permutation " + list(permutation), {x});
+  Shape shape;
+  for (int64_t p : permutation) shape.push_back(x.shape()[p]);
+  return emit("transpose", {x}, "permutation = " + i64_array(permutation), {x.dtype(), shape});
+}
+
+Value Builder::slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+                     const std::vector<int64_t>& strides) {
+  int64_t r = x.rank();
+  if (static_cast<int64_t>(start.size()) != r || static_cast<int64_t>(limit.size()) != r ||
+      static_cast<int64_t>(strides.size()) != r)
+    refuse("slice", "needs start, limit and strides for every dimension", {x});
+  Shape shape;
+  for (int64_t i = 0; i < r; ++i) {
+    if (start[i] < 0 || limit[i] < start[i] || limit[i] > x.shape()[i] || strides[i] < 1)
+      refuse("slice", "bad bounds in dimension " + std::to_string(i) + ": start " + std::to_string(start[i]) +
+                          ", limit " + std::to_string(limit[i]) + ", stride " + std::to_string(strides[i]), {x});
+    shape.push_back((limit[i] - start[i] + strides[i] - 1) / strides[i]);
+  }
+  std::string attrs = "start_indices = " + i64_array(start) + ", limit_indices = " + i64_array(limit) +
+                      ", strides = " + i64_array(strides);
+  return emit("slice", {x}, attrs, {x.dtype(), shape});
+}
+
+Value Builder::dynamic_slice(const Value& x, const std::vector<Value>& start, const std::vector<int64_t>& sizes) {
+  std::vector<Value> operands{x};
+  if (static_cast<int64_t>(start.size()) != x.rank() || static_cast<int64_t>(sizes.size()) != x.rank())
+    refuse("dynamic_slice", "needs one start index and size per dimension", {x});
+  for (size_t i = 0; i < start.size(); ++i) {
+    if (start[i].rank() != 0 || is_float(start[i].dtype()) || start[i].dtype() == DType::Bool)
+      refuse("dynamic_slice", "start indices must be 0-d integers", {x, start[i]});
+    if (sizes[i] < 0 || sizes[i] > x.shape()[i]) refuse("dynamic_slice", "slice size exceeds the operand", {x});
+    operands.push_back(start[i]);
+  }
+  return emit("dynamic_slice", operands, "slice_sizes = " + i64_array(sizes), {x.dtype(), sizes});
+}
+
+Value Builder::dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& start) {
+  std::vector<Value> operands{x, update};
+  if (update.dtype() != x.dtype() || update.rank() != x.rank() || static_cast<int64_t>(start.size()) != x.rank())
+    refuse("dynamic_update_slice", "update must match the operand's dtype and rank, with one start per dimension", {x, update});
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (update.shape()[i] > x.shape()[i]) refuse("dynamic_update_slice", "update is larger than the operand", {x, update});
+  for (const auto& s : start) {
+    if (s.rank() != 0 || is_float(s.dtype())) refuse("dynamic_update_slice", "start indices must be 0-d integers", {x, s});
+    operands.push_back(s);
+  }
+  return emit("dynamic_update_slice", operands, "", x.type);
+}
+
+Value Builder::concatenate(const std::vector<Value>& xs, int64_t dimension) {
+  if (xs.empty()) throw std::invalid_argument("stablehlo.concatenate: needs at least one operand");
+  Shape shape = xs[0].shape();
+  if (dimension < 0 || dimension >= xs[0].rank()) refuse("concatenate", "dimension out of range", xs);
+  shape[dimension] = 0;
+  for (const auto& x : xs) {
+    if (x.dtype() != xs[0].dtype() || x.rank() != xs[0].rank()) refuse("concatenate", "operands must share dtype and rank", xs);
+    for (int64_t i = 0; i < x.rank(); ++i)
+      if (i != dimension && x.shape()[i] != xs[0].shape()[i]) refuse("concatenate", "operands differ outside the concatenated dimension", xs);
+    shape[dimension] += x.shape()[dimension];
+  }
+  return emit("concatenate", xs, "dimension = " + std::to_string(dimension) + " : i64", {xs[0].dtype(), shape});
+}
+
+Value Builder::dot_general(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lhs_batch,
+                           const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                           const std::vector<int64_t>& rhs_contract) {
+  if (lhs.dtype() != rhs.dtype()) refuse("dot_general", "operands must share a dtype", {lhs, rhs});
+  if (lhs_batch.size() != rhs_batch.size() || lhs_contract.size() != rhs_contract.size())
+    refuse("dot_general", "batch and contracting dimension lists must pair up", {lhs, rhs});
+  auto check = [&](const std::vector<int64_t>& l, const std::vector<int64_t>& r, const char* what) {
+    for (size_t i = 0; i < l.size(); ++i) {
+      if (l[i] < 0 || l[i] >= lhs.rank() || r[i] < 0 || r[i] >= rhs.rank() || lhs.shape()[l[i]] != rhs.shape()[r[i]])
+        refuse("dot_general", std::string(what) + " dimensions " + std::to_string(l[i]) + " and " + std::to_string(r[i]) +
+                                  " do not match", {lhs, rhs});
+    }
+  };
+  check(lhs_batch, rhs_batch, "batch");
+  check(lhs_contract, rhs_contract, "contracting");
+  auto used = [](const std::vector<int64_t>& a, const std::vector<int64_t>& b, int64_t d) {
+    return std::find(a.begin(), a.end(), d) != a.end() || std::find(b.begin(), b.end(), d) != b.end();
+  };
+  Shape shape;
+  for (int64_t d : lhs_batch) shape.push_back(lhs.shape()[d]);
+  for (int64_t d = 0; d < lhs.rank(); ++d)
+    if (!used(lhs_batch, lhs_contract, d)) shape.push_back(lhs.shape()[d]);
+  for (int64_t d = 0; d < rhs.rank(); ++d)
+    if (!used(rhs_batch, rhs_contract, d)) shape.push_back(rhs.shape()[d]);
+  std::string attrs = "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " + list(lhs_batch) +
+                      ", rhs_batching_dimensions = " + list(rhs_batch) + ", lhs_contracting_dimensions = " +
+                      list(lhs_contract) + ", rhs_contracting_dimensions = " + list(rhs_contract) + ">";
+  return emit("dot_general", {lhs, rhs}, attrs, {lhs.dtype(), shape});
+}
+
+Value Builder::reduce(const Value& x, const Value& init, const std::vector<int64_t>& dims, Binary op) {
+  if (init.rank() != 0 || init.dtype() != x.dtype()) refuse("reduce", "init must be a 0-d value of the operand's dtype", {x, init});
+  Shape shape;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) shape.push_back(x.shape()[d]);
+  }
+  for (int64_t d : dims)
+    if (d < 0 || d >= x.rank()) refuse("reduce", "dimension " + std::to_string(d) + " out of range", {x, init});
+  TensorType scalar{x.dtype(), {}};
+  std::string a = fresh(), b = fresh(), r = fresh(), t = scalar.str();
+  std::string region = "{\n    ^bb0(" + a + ": " + t + ", " + b + ": " + t + "):\n      " + r + " = \"stablehlo." +
+                       binary_name(op) + "\"(" + a + ", " + b + ") : (" + t + ", " + t + ") -> " + t +
+                       "\n      \"stablehlo.return\"(" + r + ") : (" + t + ") -> ()\n    }";
+  return emit("reduce", {x, init}, "dimensions = " + i64_array(dims), {x.dtype(), shape}, region);
+}
+
+Value Builder::gather_1d(const Value& operand, const Value& indices) {
+  if (operand.rank() != 1 || is_float(indices.dtype()) || indices.dtype() == DType::Bool)
+    refuse("gather", "needs a 1-D operand and integer indices", {operand, indices});
+  Shape with_vector = indices.shape();
+  with_vector.push_back(1);
+  Value idx = reshape(indices, with_vector);
+  std::string attrs = "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
+                      "index_vector_dim = " + std::to_string(indices.rank()) +
+                      ">, indices_are_sorted = false, slice_sizes = array<i64: 1>";
+  return emit("gather", {operand, idx}, attrs, {operand.dtype(), indices.shape()});
+}
+
+Value Builder::scatter_1d(const Value& operand, const Value& indices, const Value& updates) {
+  if (operand.rank() != 1 || is_float(indices.dtype()) || indices.shape() != updates.shape() ||
+      updates.dtype() != operand.dtype())
+    refuse("scatter", "needs a 1-D operand, integer indices and updates of the indices' shape", {operand, indices, updates});
+  Shape with_vector = indices.shape();
+  with_vector.push_back(1);
+  Value idx = reshape(indices, with_vector);
+  std::string t = TensorType{operand.dtype(), {}}.str(), a = fresh(), b = fresh();
+  std::string region = "{\n    ^bb0(" + a + ": " + t + ", " + b + ": " + t + "):\n      \"stablehlo.return\"(" + b +
+                       ") : (" + t + ") -> ()\n    }";
+  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
+                      "scatter_dims_to_operand_dims = [0], index_vector_dim = " + std::to_string(indices.rank()) +
+                      ">, indices_are_sorted = false, unique_indices = false";
+  return emit("scatter", {operand, idx, updates}, attrs, operand.type, region);
+}
+
+Value Builder::broadcast_to(const Value& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  int64_t offset = static_cast<int64_t>(shape.size()) - x.rank();
+  if (offset < 0) refuse("broadcast_in_dim", "cannot broadcast to " + TensorType{x.dtype(), shape}.str(), {x});
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < x.rank(); ++i) dims.push_back(i + offset);
+  return broadcast_in_dim(x, shape, dims);
+}
+
+}  // namespace torch_tpu::stablehlo

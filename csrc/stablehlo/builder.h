@@ -1,0 +1,107 @@
+// A StableHLO module builder: typed values and ops, emitted as MLIR text in
+// the generic op form (stable across StableHLO versions). Every op infers its
+// result type and refuses a malformed use with std::invalid_argument naming
+// the op and the operand types, so bad programs fail here, not in the plugin.
+// Knows nothing of torch or PJRT.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_tpu::stablehlo {
+
+enum class DType { Bool, Int8, Int16, Int32, Int64, UInt8, Float16, BFloat16, Float32, Float64 };
+
+bool is_float(DType t);
+bool is_signed_int(DType t);
+size_t byte_size(DType t);
+std::string mlir_name(DType t);  // "f32", "i1", "ui8", ...
+
+using Shape = std::vector<int64_t>;
+
+struct TensorType {
+  DType dtype = DType::Float32;
+  Shape shape;
+
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  int64_t numel() const;
+  std::string str() const;  // "tensor<2x3xf32>"
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape; }
+  bool operator!=(const TensorType& o) const { return !(*this == o); }
+};
+
+// An SSA value of the module being built.
+struct Value {
+  std::string name;  // "%3"
+  TensorType type;
+  DType dtype() const { return type.dtype; }
+  const Shape& shape() const { return type.shape; }
+  int64_t rank() const { return type.rank(); }
+};
+
+enum class Unary {
+  Abs, Negate, Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Tanh, Logistic, Floor, Ceil, Sign, Not,
+  Cos, Sin, Tan, RoundNearestEven, RoundNearestAfz, IsFinite, Cbrt
+};
+enum class Binary {
+  Add, Subtract, Multiply, Divide, Remainder, Maximum, Minimum, Power, And, Or, Xor, Atan2,
+  ShiftLeft, ShiftRightArithmetic, ShiftRightLogical
+};
+enum class Compare { EQ, NE, LT, LE, GT, GE };
+
+class Builder {
+ public:
+  // A function argument, in order of creation.
+  Value parameter(const TensorType& type);
+  // The whole module with `results` returned by @main.
+  std::string module(const std::vector<Value>& results) const;
+
+  // A splat constant: every element is `v` converted to `type.dtype`.
+  Value constant(double v, const TensorType& type);
+  Value constant_int(int64_t v, const TensorType& type);
+  // A scalar (0-d) constant.
+  Value scalar(double v, DType dtype) { return constant(v, {dtype, {}}); }
+  Value iota(const TensorType& type, int64_t dimension);
+
+  Value unary(Unary op, const Value& x);
+  Value binary(Binary op, const Value& a, const Value& b);
+  Value compare(Compare dir, const Value& a, const Value& b);
+  Value select(const Value& pred, const Value& on_true, const Value& on_false);
+  Value clamp(const Value& lo, const Value& x, const Value& hi);
+  Value convert(const Value& x, DType to);
+  Value bitcast_convert(const Value& x, const TensorType& to);
+
+  Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int64_t>& dims);
+  Value reshape(const Value& x, const Shape& shape);
+  Value transpose(const Value& x, const std::vector<int64_t>& permutation);
+  Value slice(const Value& x, const std::vector<int64_t>& start, const std::vector<int64_t>& limit,
+              const std::vector<int64_t>& strides);
+  Value dynamic_slice(const Value& x, const std::vector<Value>& start, const std::vector<int64_t>& sizes);
+  Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& start);
+  Value concatenate(const std::vector<Value>& xs, int64_t dimension);
+  Value dot_general(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lhs_batch,
+                    const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
+                    const std::vector<int64_t>& rhs_contract);
+  // Reduces `x` over `dims` with the associative `op`, starting from `init` (0-d).
+  Value reduce(const Value& x, const Value& init, const std::vector<int64_t>& dims, Binary op);
+  // result[i] = operand[indices[i]] for a 1-D operand and integer indices of any shape.
+  Value gather_1d(const Value& operand, const Value& indices);
+  // operand with operand[indices[i]] = updates[i]; indices and updates share a shape.
+  Value scatter_1d(const Value& operand, const Value& indices, const Value& updates);
+
+  // Conveniences built from the ops above.
+  Value broadcast_to(const Value& x, const Shape& shape);  // numpy-style, trailing-aligned
+  Value cast(const Value& x, DType to) { return x.dtype() == to ? x : convert(x, to); }
+
+ private:
+  Value emit(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,
+             const TensorType& result, const std::string& region = "");
+  std::string fresh();
+
+  std::vector<Value> params_;
+  std::vector<std::string> body_;
+  int next_ = 0;
+};
+
+}  // namespace torch_tpu::stablehlo

@@ -1,0 +1,70 @@
+"""torch_tpu: a native PyTorch backend for TPUs built on OpenXLA.
+
+`import torch` loads it (autoload entry point); then `device="tpu"` works.
+Every op is lowered to StableHLO, compiled by XLA and run through a PJRT
+plugin chosen by PJRT_DEVICE (CPU by default, CUDA, TPU).
+"""
+
+import contextlib
+import sys
+
+import torch
+
+from torch_tpu import _C
+
+_C._set_search_paths([p for p in sys.path if p])
+_C._register_kernels()
+
+if torch._C._get_privateuse1_backend_name() != "tpu":
+    torch.utils.rename_privateuse1_backend("tpu")
+
+from torch_tpu import tpu as _tpu_module  # noqa: E402
+
+torch._register_device_module("tpu", _tpu_module)
+torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
+
+from torch_tpu import _printing  # noqa: E402, F401  (installs tpu tensor printing)
+
+__all__ = ["metrics", "reset_metrics", "set_eager_mode", "get_eager_mode", "registered_lowerings"]
+
+
+def metrics() -> dict:
+    """Counters of the runtime: compiles, cache_hits, executions, transfers."""
+    return dict(_C.metrics())
+
+
+def reset_metrics() -> None:
+    _C.reset_metrics()
+
+
+def get_eager_mode() -> str:
+    return _C.get_eager_mode()
+
+
+class _EagerModeContext(contextlib.AbstractContextManager):
+    def __init__(self, previous: str):
+        self._previous = previous
+
+    def __exit__(self, *exc):
+        _C.set_eager_mode(self._previous)
+        return False
+
+
+def set_eager_mode(mode: str) -> _EagerModeContext:
+    """Selects "strict" (async, the default) or "debug" (every op awaited).
+
+    Also a context manager: `with torch_tpu.set_eager_mode("debug"): ...`
+    restores the previous mode on exit.
+    """
+    previous = _C.get_eager_mode()
+    _C.set_eager_mode(mode)
+    return _EagerModeContext(previous)
+
+
+def registered_lowerings() -> list:
+    """The aten ops (overload names) with a lowering rule."""
+    return list(_C.registered_lowerings())
+
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing this package is the work."""

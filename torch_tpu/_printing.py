@@ -1,0 +1,30 @@
+"""Printing a tpu tensor formats a CPU copy of its values.
+
+PyTorch does the same for xla/lazy devices: the formatter runs a dozen small
+ops (masked_select, abs, min, max, ceil...) that would each compile a program.
+The suffixes (device, dtype, grad_fn) still come from the tpu tensor itself.
+"""
+
+import torch
+import torch._tensor_str as _tensor_str
+
+_original_str = _tensor_str._str
+
+
+def _str(self, *, tensor_contents=None):
+    if (
+        tensor_contents is None
+        and self.device.type == "tpu"
+        and self.layout == torch.strided
+        and self.numel() > 0
+        and not self.is_meta
+    ):
+        cpu = self.detach().cpu()
+        if cpu.dtype in (torch.float16, torch.bfloat16):
+            cpu = cpu.float()
+        with torch.no_grad():
+            tensor_contents = _tensor_str._tensor_str(cpu, len("tensor("))
+    return _original_str(self, tensor_contents=tensor_contents)
+
+
+_tensor_str._str = _str

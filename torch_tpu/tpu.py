@@ -1,0 +1,80 @@
+"""The `torch.tpu` device module, modelled on `torch.cuda`."""
+
+import contextlib
+
+import torch
+
+from torch_tpu import _C
+
+
+def is_available() -> bool:
+    try:
+        return _C.device_count() > 0
+    except RuntimeError:
+        return False
+
+
+def device_count() -> int:
+    return _C.device_count()
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device) -> None:
+    index = _index(device)
+    if not 0 <= index < device_count():
+        raise ValueError(f"torch.tpu.set_device: device {index} out of range; there are {device_count()} tpu devices")
+    _C._set_device(index)
+
+
+def _index(device) -> int:
+    if device is None:
+        return _C._current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "tpu":
+        raise ValueError(f"expected a tpu device, got {device}")
+    return _C._current_device() if device.index is None else device.index
+
+
+@contextlib.contextmanager
+def device(device):
+    previous = _C._current_device()
+    set_device(device)
+    try:
+        yield
+    finally:
+        set_device(previous)
+
+
+def synchronize(device=None) -> None:
+    """Waits for every op launched on the device; raises a device error if one failed."""
+    _C.synchronize(_index(device))
+
+
+def get_device_name(device=None) -> str:
+    """The plugin's platform and device kind, e.g. "cpu (cpu)" or "cuda (NVIDIA H200)"."""
+    return f"{_C.platform_name()} ({_C.device_kind(_index(device))})"
+
+
+def memory_allocated(device=None) -> int:
+    return _C.memory_allocated(_index(device))
+
+
+def max_memory_allocated(device=None) -> int:
+    return _C.max_memory_allocated(_index(device))
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def manual_seed_all(seed: int) -> None:
+    """Device random numbers are not implemented yet; seeding is accepted so torch.manual_seed works."""
+    _seed[0] = int(seed)
+
+
+_seed = [0]
