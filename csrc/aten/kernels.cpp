@@ -61,8 +61,8 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
   if (dst.numel() == 0) return dst;
   if (src.device().type() == kTpu && dst.device().type() == kTpu && src.device() == dst.device()) {
     std::vector<int64_t> dst_shape(dst.sizes().begin(), dst.sizes().end());
-    std::string key = "copy|" + stablehlo::mlir_name(to_dtype(src.scalar_type())) + "|" + layout_key(src.contiguous()) +
-                      "|" + stablehlo::mlir_name(to_dtype(dst.scalar_type())) + "|" + layout_key(dst.contiguous());
+    std::string key = "copy|" + stablehlo::mlir_name(to_dtype(src.scalar_type())) + "|" + c10::str(src.sizes()) + "|" +
+                      stablehlo::mlir_name(to_dtype(dst.scalar_type())) + "|" + c10::str(dst.sizes());
     stablehlo::TensorType in{to_dtype(src.scalar_type()), {src.numel()}};
     stablehlo::DType out_dtype = to_dtype(dst.scalar_type());
     std::vector<int64_t> src_shape(src.sizes().begin(), src.sizes().end());

@@ -51,7 +51,7 @@ DType to_dtype(at::ScalarType t) {
     case at::kFloat: return DType::Float32;
     case at::kDouble: return DType::Float64;
     default:
-      TORCH_CHECK_TYPE(false, "torch_tpu: dtype ", t,
+      TORCH_CHECK_TYPE(false, "torch_tpu: dtype torch.", c10::getDtypeNames(t).first,
                        " is not supported on tpu. Supported: float32, bfloat16, float16, float64, int8, int16, "
                        "int32, int64, uint8, bool. Convert the tensor first, e.g. x.float().");
   }

@@ -76,6 +76,10 @@ PYBIND11_MODULE(_C, m) {
     else throw py::value_error("torch_tpu.set_eager_mode: '" + mode + "' is not one of: strict, debug");
   });
   m.def("get_eager_mode", [] { return Runtime::get().mode() == EagerMode::Debug ? "debug" : "strict"; });
+  // Compiles MLIR text as-is: lets tests reach the plugin's own error messages.
+  m.def("_compile", [](const std::string& mlir) {
+    Runtime::get().client().compile(mlir, torch_tpu::pjrt::single_device_compile_options());
+  });
   m.def("registered_lowerings", &torch_tpu::lowering::registered_ops);
   m.def("_bare_execute_median_us", &bare_execute_median_us);
 }

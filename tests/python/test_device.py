@@ -1,0 +1,76 @@
+"""The tpu device as PyTorch sees it: autoload, device module, factories, copies, printing."""
+
+import torch
+import torch_tpu
+
+
+def test_import_torch_alone_makes_tpu_usable(run_python):
+    code = (
+        "import torch; x = torch.arange(6., device='tpu').view(2, 3); x[1].add_(1); "
+        "print(x.cpu().tolist(), 'torch_tpu' in __import__('sys').modules)"
+    )
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[[0.0, 1.0, 2.0], [4.0, 5.0, 6.0]] True"
+
+
+def test_device_module():
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() >= 1
+    assert torch.tpu.current_device() == 0
+    name = torch.tpu.get_device_name()
+    assert name.startswith(torch_tpu._C.platform_name())
+    torch.tpu.synchronize()
+    with torch.tpu.device(0):
+        assert torch.tpu.current_device() == 0
+
+
+def test_factories_match_cpu():
+    for make in (
+        lambda d: torch.zeros(2, 3, device=d),
+        lambda d: torch.ones(4, dtype=torch.int32, device=d),
+        lambda d: torch.full((2, 2), 3.5, device=d),
+        lambda d: torch.arange(10, device=d),
+        lambda d: torch.arange(1.0, 4.0, 0.5, device=d),
+        lambda d: torch.tensor([[1, 2], [3, 4]], device=d),
+        lambda d: torch.tensor([True, False], device=d),
+    ):
+        t, c = make("tpu"), make("cpu")
+        assert t.device.type == "tpu"
+        assert t.dtype == c.dtype and t.shape == c.shape
+        assert torch.equal(t.cpu(), c)
+
+
+def test_copies_across_devices_dtypes_and_strides():
+    c = torch.randn(3, 4)
+    t = c.to("tpu")
+    assert torch.equal(t.cpu(), c)
+    assert torch.equal(t.to(torch.float64).cpu(), c.to(torch.float64))
+    assert torch.equal(t.t().cpu(), c.t())  # non-contiguous read
+    dst = torch.empty(4, 3, device="tpu")
+    dst.copy_(c.t())  # cpu strided -> tpu
+    assert torch.equal(dst.cpu(), c.t())
+    host = torch.empty(4, 3, dtype=torch.float64)
+    host.copy_(t.t())  # tpu strided -> cpu with dtype change
+    assert torch.equal(host, c.t().double())
+    same = torch.zeros(4, device="tpu")
+    same.copy_(torch.arange(4, device="tpu"))  # tpu -> tpu with int -> float
+    assert same.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_item_tolist_and_printing():
+    t = torch.tensor([[1.5, 2.0], [3.0, 4.0]], device="tpu")
+    assert t[1, 0].item() == 3.0
+    assert t.tolist() == [[1.5, 2.0], [3.0, 4.0]]
+    text = repr(t)
+    assert "device='tpu:0'" in text and "1.5000" in text
+    assert "dtype=torch.int32" in repr(torch.ones(2, dtype=torch.int32, device="tpu"))
+
+
+def test_memory_accounting():
+    before = torch.tpu.memory_allocated()
+    t = torch.empty(1024, device="tpu")
+    assert torch.tpu.memory_allocated() - before == 4096
+    del t
+    assert torch.tpu.memory_allocated() == before
+    assert torch.tpu.max_memory_allocated() >= before + 4096

@@ -1,0 +1,67 @@
+"""Bad input raises a clear Python exception, never a crash, and the process stays usable."""
+
+import pytest
+import torch
+import torch_tpu
+
+AFTER = "; print('usable', torch.ones(2).add(1).tolist())"
+
+
+def test_unknown_pjrt_device(run_python):
+    code = "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    r = run_python(code, PJRT_DEVICE="FOO")
+    assert r.returncode == 0, r.stderr
+    assert "unknown PJRT_DEVICE='FOO'" in r.stdout and "CPU (default), CUDA or TPU" in r.stdout
+    assert "usable [2.0, 2.0]" in r.stdout
+
+
+def test_no_plugin_found_names_every_place_looked(run_python):
+    code = "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    r = run_python(code, PJRT_DEVICE="TPU")
+    assert r.returncode == 0, r.stderr
+    assert "no PJRT plugin found for PJRT_DEVICE=TPU" in r.stdout
+    assert "libtpu/libtpu.so" in r.stdout and "usable" in r.stdout
+
+
+@pytest.mark.parametrize("path,message", [("/nonexistent/plugin.so", "does not exist"), ("libm.so.6", "GetPjrtApi")])
+def test_missing_or_invalid_plugin_file(run_python, path, message):
+    if path == "libm.so.6":
+        import ctypes.util
+
+        path = "/lib/x86_64-linux-gnu/libm.so.6" if ctypes.util.find_library("m") else path
+    code = "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    r = run_python(code, TORCH_TPU_PJRT_PLUGIN=path)
+    assert r.returncode == 0, r.stderr
+    assert message in r.stdout, r.stdout
+    assert "usable" in r.stdout
+
+
+def test_malformed_module_raises_plugin_message():
+    with pytest.raises(RuntimeError, match="PJRT_Client_Compile failed"):
+        torch_tpu._C._compile("module { not stablehlo }")
+    assert torch.ones(2, device="tpu").add(1).cpu().tolist() == [2.0, 2.0]
+
+
+def test_mixing_cpu_and_tpu_tensors():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*tpu:0 and cpu"):
+        torch.ones(2, 2, device="tpu") + torch.ones(2, 2)
+    assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]
+
+
+def test_op_without_lowering_names_the_op():
+    x = torch.ones(3, device="tpu")
+    with pytest.raises(NotImplementedError, match="aten::sin.*no tpu lowering"):
+        torch.sin(x)
+    assert (x * 2).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_unsupported_dtype_is_named():
+    with pytest.raises(TypeError, match="torch.complex64 is not supported on tpu"):
+        torch.zeros(2, dtype=torch.complex64, device="tpu")
+
+
+def test_bad_shapes_raise_pytorchs_error():
+    with pytest.raises(RuntimeError, match="broadcast"):  # PyTorch meta kernel wording
+        torch.ones(3, device="tpu") + torch.ones(4, device="tpu")
+    with pytest.raises(RuntimeError, match="same reduction dim|cannot be multiplied"):
+        torch.mm(torch.ones(2, 3, device="tpu"), torch.ones(2, 3, device="tpu"))

@@ -1,0 +1,115 @@
+"""The skeleton's ops through the general eager path, compared against CPU PyTorch."""
+
+import pytest
+import torch
+import torch_tpu
+from conftest import assert_same
+
+
+def both(*tensors):
+    return [t.to("tpu") for t in tensors], list(tensors)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+@pytest.mark.parametrize(
+    "dtypes", [(torch.float32, torch.float32), (torch.int32, torch.float32), (torch.int64, torch.int64)]
+)
+def test_binary_tensor_broadcasting_and_promotion(op, dtypes):
+    a = (torch.randn(3, 4) * 10).to(dtypes[0])
+    b = (torch.randn(4) * 10).to(dtypes[1])
+    if op == "div":
+        b = torch.where(b == 0, torch.ones_like(b), b)
+    (ta, tb), (ca, cb) = both(a, b)
+    fn = getattr(torch, op)
+    assert_same(fn(ta, tb), fn(ca, cb))
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_binary_scalar(op):
+    a = torch.arange(6, dtype=torch.int64).view(2, 3)
+    fn = getattr(torch, op)
+    for scalar in (2, 2.5):
+        assert_same(fn(a.to("tpu"), scalar), fn(a, scalar))
+
+
+def test_add_alpha_and_scalar_tensor():
+    a, b = torch.randn(5), torch.randn(5)
+    assert_same(torch.add(a.to("tpu"), b.to("tpu"), alpha=3), torch.add(a, b, alpha=3))
+    assert_same(torch.sub(a.to("tpu"), b.to("tpu"), alpha=0.5), torch.sub(a, b, alpha=0.5))
+    assert_same(a.to("tpu") * torch.tensor(2.0), a * torch.tensor(2.0))  # cpu 0-d scalar tensor
+
+
+def test_div_rounding_modes():
+    a = torch.tensor([-7, -6, 5, 7])
+    b = torch.tensor([2, 4, -3, 3])
+    for mode in (None, "trunc", "floor"):
+        assert_same(torch.div(a.to("tpu"), b.to("tpu"), rounding_mode=mode), torch.div(a, b, rounding_mode=mode))
+        assert_same(
+            torch.div(a.float().to("tpu"), b.float().to("tpu"), rounding_mode=mode),
+            torch.div(a.float(), b.float(), rounding_mode=mode),
+        )
+
+
+@pytest.mark.parametrize("op", [torch.neg, torch.exp, torch.relu, torch.tanh, torch.sigmoid, torch.abs])
+def test_unary(op):
+    a = torch.randn(4, 5)
+    assert_same(op(a.to("tpu")), op(a))
+
+
+def test_mm_matmul_linear():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    assert_same(torch.mm(a.to("tpu"), b.to("tpu")), torch.mm(a, b), rtol=1e-5, atol=1e-5)
+    assert_same(a.to("tpu") @ b.to("tpu"), a @ b, rtol=1e-5, atol=1e-5)
+    x, y = torch.randn(2, 3, 5), torch.randn(5, 7)
+    assert_same(torch.matmul(x.to("tpu"), y.to("tpu")), torch.matmul(x, y), rtol=1e-5, atol=1e-5)
+    w, bias = torch.randn(6, 5), torch.randn(6)
+    out = torch.nn.functional.linear(x.to("tpu"), w.to("tpu"), bias.to("tpu"))
+    assert_same(out, torch.nn.functional.linear(x, w, bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1, (0, 1)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_mean(dim, keepdim):
+    a = torch.randn(3, 4)
+    if dim is None:
+        assert_same(a.to("tpu").sum(), a.sum())
+        assert_same(a.to("tpu").mean(), a.mean())
+        return
+    assert_same(a.to("tpu").sum(dim, keepdim=keepdim), a.sum(dim, keepdim=keepdim))
+    assert_same(a.to("tpu").mean(dim, keepdim=keepdim), a.mean(dim, keepdim=keepdim))
+
+
+def test_sum_of_ints_and_bools_promotes_like_cpu():
+    a = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)
+    assert_same(a.to("tpu").sum(0), a.sum(0))
+    m = torch.tensor([True, False, True])
+    assert_same(m.to("tpu").sum(), m.sum())
+
+
+def test_out_variants():
+    a, b = torch.randn(3), torch.randn(3)
+    out = torch.empty(0, device="tpu")
+    torch.add(a.to("tpu"), b.to("tpu"), out=out)
+    assert_same(out, a + b)
+    m = torch.empty(2, 2, device="tpu")
+    torch.mm(torch.ones(2, 3, device="tpu"), torch.ones(3, 2, device="tpu"), out=m)
+    assert m.cpu().tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_second_call_with_same_key_compiles_nothing():
+    a = torch.randn(7, 3).to("tpu")
+    torch.mul(a, a)
+    before = torch_tpu.metrics()["compiles"]
+    for _ in range(5):
+        torch.mul(a, a)
+    assert torch_tpu.metrics()["compiles"] == before
+    torch.mul(torch.randn(8, 3).to("tpu"), 2.0)  # a new shape compiles once
+    assert torch_tpu.metrics()["compiles"] == before + 1
+
+
+def test_debug_mode_gives_same_results():
+    a = torch.randn(4, 4)
+    with torch_tpu.set_eager_mode("debug"):
+        assert torch_tpu.get_eager_mode() == "debug"
+        assert_same(torch.exp(a.to("tpu")) + 1, torch.exp(a) + 1)
+    assert torch_tpu.get_eager_mode() == "strict"

@@ -1,0 +1,73 @@
+"""Views share storage: reads see through (sizes, strides, offset), and a write
+through any alias is seen by every other, exactly as on CPU."""
+
+import torch
+from conftest import assert_same
+
+
+def run_both(fn):
+    base = torch.arange(24, dtype=torch.float32).view(4, 6)
+    c, t = base.clone(), base.to("tpu")
+    rc, rt = fn(c), fn(t)
+    return (c, rc), (t, rt)
+
+
+def check(fn):
+    (c, rc), (t, rt) = run_both(fn)
+    assert_same(t, c)
+    if isinstance(rc, torch.Tensor):
+        assert_same(rt, rc)
+
+
+def test_view_ops_read():
+    check(lambda x: x.view(3, 8))
+    check(lambda x: x.reshape(2, 12))
+    check(lambda x: x.transpose(0, 1))
+    check(lambda x: x.permute(1, 0))
+    check(lambda x: x[1:3, ::2])
+    check(lambda x: x.select(1, 2))
+    check(lambda x: x[2])
+    check(lambda x: x[:, 1:2].expand(4, 5))
+    check(lambda x: x.t().reshape(24))  # reshape of a non-contiguous view copies
+    check(lambda x: x.unsqueeze(0).squeeze(0).narrow(1, 2, 3))
+
+
+def test_inplace_on_views_is_seen_by_every_alias():
+    def row(x):
+        x[1].add_(1)
+
+    def column(x):
+        x[:, 2].mul_(-1)
+
+    def transposed(x):
+        x.t()[3].sub_(100)
+
+    def strided(x):
+        x[::2, 1::3].add_(torch.ones(2, 2, device=x.device))
+
+    def chained(x):
+        v = x.view(6, 4)
+        v[1:3].add_(5)
+        x.add_(1)
+
+    for fn in (row, column, transposed, strided, chained):
+        check(fn)
+
+
+def test_alias_sees_write_through_other_alias():
+    x = torch.zeros(2, 3, device="tpu")
+    y = x.view(6)
+    x[0, 1].fill_(7)
+    assert y.cpu().tolist() == [0, 7, 0, 0, 0, 0]
+    y[4:].add_(2)
+    assert x.cpu().tolist() == [[0, 7, 0], [0, 2, 2]]
+
+
+def test_inplace_broadcast_error_is_pytorchs():
+    x = torch.zeros(3, device="tpu")
+    try:
+        x.add_(torch.ones(2, 3, device="tpu"))
+    except RuntimeError as e:
+        assert "doesn't match the broadcast shape" in str(e)
+    else:
+        raise AssertionError("expected an error")
