@@ -5,12 +5,21 @@ Every op is lowered to StableHLO, compiled by XLA and run through a PJRT
 plugin chosen by PJRT_DEVICE (CPU by default, CUDA, TPU).
 """
 
-import contextlib
-import sys
 
-import torch
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: importing this package is the work.
 
-from torch_tpu import _C
+    Defined before `import torch`: importing torch_tpu first makes torch's
+    autoload look this up on the partially initialized package.
+    """
+
+
+import contextlib  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+
+from torch_tpu import _C  # noqa: E402
 
 _C._set_search_paths([p for p in sys.path if p])
 _C._register_kernels()
@@ -64,7 +73,3 @@ def set_eager_mode(mode: str) -> _EagerModeContext:
 def registered_lowerings() -> list:
     """The aten ops (overload names) with a lowering rule."""
     return list(_C.registered_lowerings())
-
-
-def _autoload() -> None:
-    """Entry point of the `torch.backends` group: importing this package is the work."""

@@ -1,6 +1,7 @@
 """The tpu device as PyTorch sees it: autoload, device module, factories, copies, printing."""
 
 import torch
+
 import torch_tpu
 
 

@@ -2,13 +2,16 @@
 
 import pytest
 import torch
+
 import torch_tpu
 
 AFTER = "; print('usable', torch.ones(2).add(1).tolist())"
 
 
 def test_unknown_pjrt_device(run_python):
-    code = "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    code = (
+        "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    )
     r = run_python(code, PJRT_DEVICE="FOO")
     assert r.returncode == 0, r.stderr
     assert "unknown PJRT_DEVICE='FOO'" in r.stdout and "CPU (default), CUDA or TPU" in r.stdout
@@ -16,7 +19,9 @@ def test_unknown_pjrt_device(run_python):
 
 
 def test_no_plugin_found_names_every_place_looked(run_python):
-    code = "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    code = (
+        "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    )
     r = run_python(code, PJRT_DEVICE="TPU")
     assert r.returncode == 0, r.stderr
     assert "no PJRT plugin found for PJRT_DEVICE=TPU" in r.stdout
@@ -29,7 +34,9 @@ def test_missing_or_invalid_plugin_file(run_python, path, message):
         import ctypes.util
 
         path = "/lib/x86_64-linux-gnu/libm.so.6" if ctypes.util.find_library("m") else path
-    code = "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    code = (
+        "import torch\ntry:\n torch.zeros(1, device='tpu')\nexcept RuntimeError as e:\n print('ERR', e)\n" + AFTER[2:]
+    )
     r = run_python(code, TORCH_TPU_PJRT_PLUGIN=path)
     assert r.returncode == 0, r.stderr
     assert message in r.stdout, r.stdout

@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-import torch_tpu
 from conftest import assert_same
+
+import torch_tpu
 
 
 def both(*tensors):

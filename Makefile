@@ -1,0 +1,50 @@
+# The two commands: `make demo` and `make test`. Both create .venv, install
+# the pinned dependencies (never another torch), build incrementally, then run.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+BUILD  := build/py
+DEPS   := $(VENV)/.deps-installed
+# Pinned: the CPU build of torch on this machine's disk, and the XLA CPU PJRT
+# plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
+PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest ruff scikit-build-core ninja cmake
+
+.PHONY: all demo test test-cpp test-python build system-deps lint clean bench
+
+all: build
+
+system-deps:
+	@command -v ccache >/dev/null 2>&1 && test -f /usr/include/gtest/gtest.h || \
+	  (echo "installing ccache and GoogleTest (Debian)"; apt-get update -qq && apt-get install -y -qq ccache libgtest-dev >/dev/null)
+
+$(DEPS): Makefile pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check $(PINNED)
+	touch $@
+
+build: system-deps $(DEPS)
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps \
+	  -Cbuild-dir=$(BUILD) -e .
+
+demo: build
+	$(PY) -m torch_tpu.demo
+
+PLUGIN = $$($(PY) -c "import lammps_jax_pjrt_cpu as p; print(p.PLUGIN_PATH)")
+
+test-cpp: build
+	TORCH_TPU_PJRT_PLUGIN=$(PLUGIN) ctest --test-dir $(BUILD) --output-on-failure
+
+test-python: build
+	$(PY) -m pytest tests/python -q
+
+test: test-cpp test-python
+
+bench: build
+	$(PY) benchmarks/dispatch.py
+
+lint: $(DEPS)
+	$(VENV)/bin/ruff check torch_tpu tests benchmarks && $(VENV)/bin/ruff format --check torch_tpu tests benchmarks
+	clang-format --dry-run -Werror csrc/*/*.cpp csrc/*/*.h tests/cpp/*.cpp tests/cpp/*.h
+
+clean:
+	rm -rf build $(VENV)
