@@ -37,9 +37,7 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.has_index()) current_device = d.index();
   }
-  c10::Stream getStream(c10::Device d) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
-  }
+  c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
   c10::DeviceIndex deviceCount() const noexcept override { return count_devices(); }
   bool queryStream(const c10::Stream&) const override { return true; }

@@ -4,12 +4,14 @@
 // rule and compile; then gather the input buffers, launch, bind the outputs.
 // In-place and out= variants reuse the functional op's rule and write the
 // result into their destination through the storage model.
+#include "aten/general_kernel.h"
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <mutex>
 #include <unordered_map>
 
-#include "aten/general_kernel.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
 
@@ -24,11 +26,11 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
 // How an op maps onto a rule, resolved once per op.
 struct OpPlan {
-  std::string name;                      // "aten::add_.Tensor"
+  std::string name;  // "aten::add_.Tensor"
   const lowering::LoweringRule* rule = nullptr;
   std::optional<c10::OperatorHandle> functional;  // the op the rule is for, when it is not this one
-  std::vector<bool> is_out;              // out= arguments: written, never read
-  std::vector<int> return_alias;         // for each return: the argument it aliases, or -1
+  std::vector<bool> is_out;                       // out= arguments: written, never read
+  std::vector<int> return_alias;                  // for each return: the argument it aliases, or -1
 };
 
 std::string full_name(const c10::OperatorName& n) {
@@ -98,7 +100,11 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
 }
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
+  // Ops also run on autograd's device threads. Plans are never erased, so a
+  // reference stays valid after the lock is released.
+  static std::mutex mutex;
   static std::unordered_map<const c10::FunctionSchema*, OpPlan> plans;
+  std::lock_guard<std::mutex> lock(mutex);
   auto it = plans.find(&op.schema());
   if (it != plans.end()) return it->second;
   auto plan = make_plan(op);
@@ -172,7 +178,8 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
   } else if (v.isComplexDouble()) {
     TORCH_CHECK_TYPE(false, "torch_tpu: ", op, " got a complex scalar; complex numbers are not supported on tpu.");
   } else {
-    TORCH_CHECK(false, "torch_tpu: ", op, " got an argument of type ", v.tagKind(), " that the lowering cannot take yet.");
+    TORCH_CHECK(false, "torch_tpu: ", op, " got an argument of type ", v.tagKind(),
+                " that the lowering cannot take yet.");
   }
 }
 
@@ -202,7 +209,8 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
     auto add = [&](const at::Tensor& t) {
       types.push_back({to_dtype(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())});
     };
-    if (r.isTensor()) add(r.toTensor());
+    if (r.isTensor())
+      add(r.toTensor());
     else if (r.isTensorList())
       for (const auto& t : r.toTensorVector()) add(t);
   }

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/native/Resize.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>

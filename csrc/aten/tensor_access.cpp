@@ -17,8 +17,7 @@ std::string dims_key(at::IntArrayRef v) {
 }
 
 bool covers_storage(const at::Tensor& t, const DeviceStorage& s) {
-  return t.storage_offset() == 0 && t.is_contiguous() &&
-         static_cast<size_t>(t.numel()) * t.element_size() == s.nbytes;
+  return t.storage_offset() == 0 && t.is_contiguous() && static_cast<size_t>(t.numel()) * t.element_size() == s.nbytes;
 }
 
 // Gives a never-written storage a zero value of `dtype`, so that reading
@@ -33,7 +32,8 @@ void ensure_value(DeviceStorage& s, DType dtype) {
 void check_storage_dtype(const at::Tensor& t, const DeviceStorage& s, DType d) {
   TORCH_CHECK(s.dtype == d || stablehlo::byte_size(s.dtype) == stablehlo::byte_size(d),
               "torch_tpu: reading a storage written as ", stablehlo::mlir_name(s.dtype), " through a tensor of dtype ",
-              t.scalar_type(), " with a different element size is not supported yet; copy the tensor instead of viewing it.");
+              t.scalar_type(),
+              " with a different element size is not supported yet; copy the tensor instead of viewing it.");
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarT
 
 // Host <-> device copies of a tensor's elements.
 pjrt::BufferPtr upload(const at::Tensor& cpu, int device);  // cpu must be contiguous
-at::Tensor download(const at::Tensor& t);                    // a contiguous CPU tensor
+at::Tensor download(const at::Tensor& t);                   // a contiguous CPU tensor
 
 // The shape/strides part of a program key: "2x3:3,1@0".
 std::string layout_key(const at::Tensor& t);

@@ -56,8 +56,9 @@ std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
   auto get_api = reinterpret_cast<GetPjrtApiFn>(dlsym(handle, "GetPjrtApi"));
   if (!get_api) {
     dlclose(handle);
-    throw std::runtime_error("torch_tpu: '" + path +
-                             "' is not a PJRT plugin: it has no GetPjrtApi symbol. Set TORCH_TPU_PJRT_PLUGIN to a PJRT plugin library.");
+    throw std::runtime_error(
+        "torch_tpu: '" + path +
+        "' is not a PJRT plugin: it has no GetPjrtApi symbol. Set TORCH_TPU_PJRT_PLUGIN to a PJRT plugin library.");
   }
   const PJRT_Api* api = get_api();
   if (!api) throw std::runtime_error("torch_tpu: GetPjrtApi of '" + path + "' returned null.");
@@ -368,24 +369,19 @@ size_t element_size(PJRT_Buffer_Type type) {
   switch (type) {
     case PJRT_Buffer_Type_PRED:
     case PJRT_Buffer_Type_S8:
-    case PJRT_Buffer_Type_U8:
-      return 1;
+    case PJRT_Buffer_Type_U8: return 1;
     case PJRT_Buffer_Type_S16:
     case PJRT_Buffer_Type_U16:
     case PJRT_Buffer_Type_F16:
-    case PJRT_Buffer_Type_BF16:
-      return 2;
+    case PJRT_Buffer_Type_BF16: return 2;
     case PJRT_Buffer_Type_S32:
     case PJRT_Buffer_Type_U32:
-    case PJRT_Buffer_Type_F32:
-      return 4;
+    case PJRT_Buffer_Type_F32: return 4;
     case PJRT_Buffer_Type_S64:
     case PJRT_Buffer_Type_U64:
     case PJRT_Buffer_Type_F64:
-    case PJRT_Buffer_Type_C64:
-      return 8;
-    case PJRT_Buffer_Type_C128:
-      return 16;
+    case PJRT_Buffer_Type_C64: return 8;
+    case PJRT_Buffer_Type_C128: return 16;
     default:
       throw std::invalid_argument("torch_tpu: unknown PJRT buffer type " + std::to_string(static_cast<int>(type)));
   }

@@ -71,9 +71,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("max_memory_allocated", [](int d) { return Runtime::get().max_memory_allocated(d); });
   m.def("device_bytes_in_use", [](int d) { return Runtime::get().client().device_bytes_in_use(d); });
   m.def("set_eager_mode", [](const std::string& mode) {
-    if (mode == "strict") Runtime::get().set_mode(EagerMode::Strict);
-    else if (mode == "debug") Runtime::get().set_mode(EagerMode::Debug);
-    else throw py::value_error("torch_tpu.set_eager_mode: '" + mode + "' is not one of: strict, debug");
+    if (mode == "strict")
+      Runtime::get().set_mode(EagerMode::Strict);
+    else if (mode == "debug")
+      Runtime::get().set_mode(EagerMode::Debug);
+    else
+      throw py::value_error("torch_tpu.set_eager_mode: '" + mode + "' is not one of: strict, debug");
   });
   m.def("get_eager_mode", [] { return Runtime::get().mode() == EagerMode::Debug ? "debug" : "strict"; });
   // Compiles MLIR text as-is: lets tests reach the plugin's own error messages.

@@ -77,12 +77,12 @@ std::string find_plugin(const std::string& device, const std::vector<std::string
       looked += "\n  " + p.string();
     }
   }
-  std::string package = device == "CPU" ? "lammps-jax-pjrt-cpu==0.11.2"
+  std::string package = device == "CPU"   ? "lammps-jax-pjrt-cpu==0.11.2"
                         : device == "TPU" ? "libtpu"
                                           : "jax-cuda13-pjrt (or jax-cuda12-pjrt)";
-  throw std::runtime_error("torch_tpu: no PJRT plugin found for PJRT_DEVICE=" + device + ". Looked in:" +
-                           (looked.empty() ? std::string("\n  (no search paths)") : looked) + "\nInstall " + package +
-                           ", or set TORCH_TPU_PJRT_PLUGIN=/path/to/plugin.so.");
+  throw std::runtime_error("torch_tpu: no PJRT plugin found for PJRT_DEVICE=" + device +
+                           ". Looked in:" + (looked.empty() ? std::string("\n  (no search paths)") : looked) +
+                           "\nInstall " + package + ", or set TORCH_TPU_PJRT_PLUGIN=/path/to/plugin.so.");
 }
 
 void Runtime::set_search_paths(std::vector<std::string> paths) { search_paths() = std::move(paths); }
@@ -110,7 +110,8 @@ Runtime::Runtime() {
   client_ = std::make_unique<pjrt::Client>(plugin, options);
   compile_options_ = pjrt::single_device_compile_options();
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
-    if (m == "debug") mode_ = EagerMode::Debug;
+    if (m == "debug")
+      mode_ = EagerMode::Debug;
     else if (m != "strict")
       throw std::runtime_error("torch_tpu: TORCH_TPU_EAGER_MODE='" + m + "' is not one of: strict, debug.");
   }

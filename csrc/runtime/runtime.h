@@ -63,7 +63,8 @@ class Runtime {
 
   // The program for `key`, compiled by `build()` (MLIR text and output types)
   // on the first request only. Thread-safe.
-  ProgramPtr program(const std::string& key, const std::function<std::pair<std::string, std::vector<TensorType>>()>& build);
+  ProgramPtr program(const std::string& key,
+                     const std::function<std::pair<std::string, std::vector<TensorType>>()>& build);
   // Runs `program` on `device`, not waiting for it unless the mode is Debug.
   std::vector<pjrt::BufferPtr> execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
                                        const char* what);

@@ -15,7 +15,9 @@ std::string join(const std::vector<int64_t>& v, const char* sep = ", ") {
   for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
   return s;
 }
-std::string i64_array(const std::vector<int64_t>& v) { return v.empty() ? "array<i64>" : "array<i64: " + join(v) + ">"; }
+std::string i64_array(const std::vector<int64_t>& v) {
+  return v.empty() ? "array<i64>" : "array<i64: " + join(v) + ">";
+}
 std::string list(const std::vector<int64_t>& v) { return "[" + join(v) + "]"; }
 
 [[noreturn]] void refuse(const std::string& op, const std::string& why, const std::vector<Value>& operands) {
@@ -46,10 +48,10 @@ uint16_t to_half(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   uint32_t sign = (u >> 16) & 0x8000;
   uint32_t abs = u & 0x7FFFFFFF;
-  if (abs > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);                 // NaN
-  if (abs >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);                // overflow to inf
-  if (abs < 0x38800000) {                                                            // subnormal or zero
-    float scaled = std::bit_cast<float>(abs) * 16777216.0f;                          // * 2^24
+  if (abs > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);   // NaN
+  if (abs >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);  // overflow to inf
+  if (abs < 0x38800000) {                                              // subnormal or zero
+    float scaled = std::bit_cast<float>(abs) * 16777216.0f;            // * 2^24
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled)));
   }
   uint32_t rounded = abs + 0xFFF + ((abs >> 13) & 1);
@@ -59,20 +61,13 @@ uint16_t to_half(float f) {
 // The element literal of a dense attribute, exact for every dtype.
 std::string literal(double v, DType t) {
   switch (t) {
-    case DType::Bool:
-      return v != 0 ? "true" : "false";
-    case DType::Float64:
-      return hex(std::bit_cast<uint64_t>(v), 16);
-    case DType::Float32:
-      return hex(std::bit_cast<uint32_t>(static_cast<float>(v)), 8);
-    case DType::Float16:
-      return hex(to_half(static_cast<float>(v)), 4);
-    case DType::BFloat16:
-      return hex(to_bfloat16(static_cast<float>(v)), 4);
-    case DType::UInt8:
-      return std::to_string(static_cast<uint8_t>(static_cast<int64_t>(v)));
-    default:
-      return std::to_string(static_cast<int64_t>(v));
+    case DType::Bool: return v != 0 ? "true" : "false";
+    case DType::Float64: return hex(std::bit_cast<uint64_t>(v), 16);
+    case DType::Float32: return hex(std::bit_cast<uint32_t>(static_cast<float>(v)), 8);
+    case DType::Float16: return hex(to_half(static_cast<float>(v)), 4);
+    case DType::BFloat16: return hex(to_bfloat16(static_cast<float>(v)), 4);
+    case DType::UInt8: return std::to_string(static_cast<uint8_t>(static_cast<int64_t>(v)));
+    default: return std::to_string(static_cast<int64_t>(v));
   }
 }
 
@@ -150,26 +145,20 @@ bool is_permutation(const std::vector<int64_t>& p, int64_t rank) {
 bool is_float(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;
 }
-bool is_signed_int(DType t) {
-  return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64;
-}
+bool is_signed_int(DType t) { return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64; }
 
 size_t byte_size(DType t) {
   switch (t) {
     case DType::Bool:
     case DType::Int8:
-    case DType::UInt8:
-      return 1;
+    case DType::UInt8: return 1;
     case DType::Int16:
     case DType::Float16:
-    case DType::BFloat16:
-      return 2;
+    case DType::BFloat16: return 2;
     case DType::Int32:
-    case DType::Float32:
-      return 4;
+    case DType::Float32: return 4;
     case DType::Int64:
-    case DType::Float64:
-      return 8;
+    case DType::Float64: return 8;
   }
   return 0;
 }
@@ -254,7 +243,7 @@ Value Builder::constant(double v, const TensorType& type) {
 
 Value Builder::constant_int(int64_t v, const TensorType& type) {
   if (is_float(type.dtype)) return constant(static_cast<double>(v), type);
-  std::string lit = type.dtype == DType::Bool ? (v ? "true" : "false")
+  std::string lit = type.dtype == DType::Bool    ? (v ? "true" : "false")
                     : type.dtype == DType::UInt8 ? std::to_string(static_cast<uint8_t>(v))
                                                  : std::to_string(v);
   return emit("constant", {}, "value = dense<" + lit + "> : " + type.str(), type);
@@ -323,16 +312,21 @@ Value Builder::bitcast_convert(const Value& x, const TensorType& to) {
       refuse("bitcast_convert", "the last dimension must hold exactly one wider element", {x});
     expected.pop_back();
   }
-  if (to.shape != expected) refuse("bitcast_convert", "result shape must be " + TensorType{to.dtype, expected}.str(), {x});
+  if (to.shape != expected)
+    refuse("bitcast_convert", "result shape must be " + TensorType{to.dtype, expected}.str(), {x});
   return emit("bitcast_convert", {x}, "", to);
 }
 
 Value Builder::broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int64_t>& dims) {
-  if (static_cast<int64_t>(dims.size()) != x.rank()) refuse("broadcast_in_dim", "needs one dimension per operand dimension", {x});
+  if (static_cast<int64_t>(dims.size()) != x.rank())
+    refuse("broadcast_in_dim", "needs one dimension per operand dimension", {x});
   for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] < 0 || dims[i] >= static_cast<int64_t>(shape.size()) || (x.shape()[i] != 1 && x.shape()[i] != shape[dims[i]]))
-      refuse("broadcast_in_dim", "operand dimension " + std::to_string(i) + " cannot map to result dimension " +
-                                     std::to_string(dims[i]) + " of " + TensorType{x.dtype(), shape}.str(), {x});
+    if (dims[i] < 0 || dims[i] >= static_cast<int64_t>(shape.size()) ||
+        (x.shape()[i] != 1 && x.shape()[i] != shape[dims[i]]))
+      refuse("broadcast_in_dim",
+             "operand dimension " + std::to_string(i) + " cannot map to result dimension " + std::to_string(dims[i]) +
+                 " of " + TensorType{x.dtype(), shape}.str(),
+             {x});
   }
   return emit("broadcast_in_dim", {x}, "broadcast_dimensions = " + i64_array(dims), {x.dtype(), shape});
 }
@@ -360,8 +354,10 @@ Value Builder::slice(const Value& x, const std::vector<int64_t>& start, const st
   Shape shape;
   for (int64_t i = 0; i < r; ++i) {
     if (start[i] < 0 || limit[i] < start[i] || limit[i] > x.shape()[i] || strides[i] < 1)
-      refuse("slice", "bad bounds in dimension " + std::to_string(i) + ": start " + std::to_string(start[i]) +
-                          ", limit " + std::to_string(limit[i]) + ", stride " + std::to_string(strides[i]), {x});
+      refuse("slice",
+             "bad bounds in dimension " + std::to_string(i) + ": start " + std::to_string(start[i]) + ", limit " +
+                 std::to_string(limit[i]) + ", stride " + std::to_string(strides[i]),
+             {x});
     shape.push_back((limit[i] - start[i] + strides[i] - 1) / strides[i]);
   }
   std::string attrs = "start_indices = " + i64_array(start) + ", limit_indices = " + i64_array(limit) +
@@ -385,11 +381,14 @@ Value Builder::dynamic_slice(const Value& x, const std::vector<Value>& start, co
 Value Builder::dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& start) {
   std::vector<Value> operands{x, update};
   if (update.dtype() != x.dtype() || update.rank() != x.rank() || static_cast<int64_t>(start.size()) != x.rank())
-    refuse("dynamic_update_slice", "update must match the operand's dtype and rank, with one start per dimension", {x, update});
+    refuse("dynamic_update_slice", "update must match the operand's dtype and rank, with one start per dimension",
+           {x, update});
   for (int64_t i = 0; i < x.rank(); ++i)
-    if (update.shape()[i] > x.shape()[i]) refuse("dynamic_update_slice", "update is larger than the operand", {x, update});
+    if (update.shape()[i] > x.shape()[i])
+      refuse("dynamic_update_slice", "update is larger than the operand", {x, update});
   for (const auto& s : start) {
-    if (s.rank() != 0 || is_float(s.dtype())) refuse("dynamic_update_slice", "start indices must be 0-d integers", {x, s});
+    if (s.rank() != 0 || is_float(s.dtype()))
+      refuse("dynamic_update_slice", "start indices must be 0-d integers", {x, s});
     operands.push_back(s);
   }
   return emit("dynamic_update_slice", operands, "", x.type);
@@ -401,9 +400,11 @@ Value Builder::concatenate(const std::vector<Value>& xs, int64_t dimension) {
   if (dimension < 0 || dimension >= xs[0].rank()) refuse("concatenate", "dimension out of range", xs);
   shape[dimension] = 0;
   for (const auto& x : xs) {
-    if (x.dtype() != xs[0].dtype() || x.rank() != xs[0].rank()) refuse("concatenate", "operands must share dtype and rank", xs);
+    if (x.dtype() != xs[0].dtype() || x.rank() != xs[0].rank())
+      refuse("concatenate", "operands must share dtype and rank", xs);
     for (int64_t i = 0; i < x.rank(); ++i)
-      if (i != dimension && x.shape()[i] != xs[0].shape()[i]) refuse("concatenate", "operands differ outside the concatenated dimension", xs);
+      if (i != dimension && x.shape()[i] != xs[0].shape()[i])
+        refuse("concatenate", "operands differ outside the concatenated dimension", xs);
     shape[dimension] += x.shape()[dimension];
   }
   return emit("concatenate", xs, "dimension = " + std::to_string(dimension) + " : i64", {xs[0].dtype(), shape});
@@ -418,8 +419,10 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const std::vector
   auto check = [&](const std::vector<int64_t>& l, const std::vector<int64_t>& r, const char* what) {
     for (size_t i = 0; i < l.size(); ++i) {
       if (l[i] < 0 || l[i] >= lhs.rank() || r[i] < 0 || r[i] >= rhs.rank() || lhs.shape()[l[i]] != rhs.shape()[r[i]])
-        refuse("dot_general", std::string(what) + " dimensions " + std::to_string(l[i]) + " and " + std::to_string(r[i]) +
-                                  " do not match", {lhs, rhs});
+        refuse("dot_general",
+               std::string(what) + " dimensions " + std::to_string(l[i]) + " and " + std::to_string(r[i]) +
+                   " do not match",
+               {lhs, rhs});
     }
   };
   check(lhs_batch, rhs_batch, "batch");
@@ -434,13 +437,15 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const std::vector
   for (int64_t d = 0; d < rhs.rank(); ++d)
     if (!used(rhs_batch, rhs_contract, d)) shape.push_back(rhs.shape()[d]);
   std::string attrs = "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " + list(lhs_batch) +
-                      ", rhs_batching_dimensions = " + list(rhs_batch) + ", lhs_contracting_dimensions = " +
-                      list(lhs_contract) + ", rhs_contracting_dimensions = " + list(rhs_contract) + ">";
+                      ", rhs_batching_dimensions = " + list(rhs_batch) +
+                      ", lhs_contracting_dimensions = " + list(lhs_contract) +
+                      ", rhs_contracting_dimensions = " + list(rhs_contract) + ">";
   return emit("dot_general", {lhs, rhs}, attrs, {lhs.dtype(), shape});
 }
 
 Value Builder::reduce(const Value& x, const Value& init, const std::vector<int64_t>& dims, Binary op) {
-  if (init.rank() != 0 || init.dtype() != x.dtype()) refuse("reduce", "init must be a 0-d value of the operand's dtype", {x, init});
+  if (init.rank() != 0 || init.dtype() != x.dtype())
+    refuse("reduce", "init must be a 0-d value of the operand's dtype", {x, init});
   Shape shape;
   for (int64_t d = 0; d < x.rank(); ++d) {
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) shape.push_back(x.shape()[d]);
@@ -461,25 +466,28 @@ Value Builder::gather_1d(const Value& operand, const Value& indices) {
   Shape with_vector = indices.shape();
   with_vector.push_back(1);
   Value idx = reshape(indices, with_vector);
-  std::string attrs = "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
-                      "index_vector_dim = " + std::to_string(indices.rank()) +
-                      ">, indices_are_sorted = false, slice_sizes = array<i64: 1>";
+  std::string attrs =
+      "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
+      "index_vector_dim = " +
+      std::to_string(indices.rank()) + ">, indices_are_sorted = false, slice_sizes = array<i64: 1>";
   return emit("gather", {operand, idx}, attrs, {operand.dtype(), indices.shape()});
 }
 
 Value Builder::scatter_1d(const Value& operand, const Value& indices, const Value& updates) {
   if (operand.rank() != 1 || is_float(indices.dtype()) || indices.shape() != updates.shape() ||
       updates.dtype() != operand.dtype())
-    refuse("scatter", "needs a 1-D operand, integer indices and updates of the indices' shape", {operand, indices, updates});
+    refuse("scatter", "needs a 1-D operand, integer indices and updates of the indices' shape",
+           {operand, indices, updates});
   Shape with_vector = indices.shape();
   with_vector.push_back(1);
   Value idx = reshape(indices, with_vector);
   std::string t = TensorType{operand.dtype(), {}}.str(), a = fresh(), b = fresh();
   std::string region = "{\n    ^bb0(" + a + ": " + t + ", " + b + ": " + t + "):\n      \"stablehlo.return\"(" + b +
                        ") : (" + t + ") -> ()\n    }";
-  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
-                      "scatter_dims_to_operand_dims = [0], index_vector_dim = " + std::to_string(indices.rank()) +
-                      ">, indices_are_sorted = false, unique_indices = false";
+  std::string attrs =
+      "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
+      "scatter_dims_to_operand_dims = [0], index_vector_dim = " +
+      std::to_string(indices.rank()) + ">, indices_are_sorted = false, unique_indices = false";
   return emit("scatter", {operand, idx, updates}, attrs, operand.type, region);
 }
 

@@ -41,12 +41,44 @@ struct Value {
 };
 
 enum class Unary {
-  Abs, Negate, Exp, Expm1, Log, Log1p, Sqrt, Rsqrt, Tanh, Logistic, Floor, Ceil, Sign, Not,
-  Cos, Sin, Tan, RoundNearestEven, RoundNearestAfz, IsFinite, Cbrt
+  Abs,
+  Negate,
+  Exp,
+  Expm1,
+  Log,
+  Log1p,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Logistic,
+  Floor,
+  Ceil,
+  Sign,
+  Not,
+  Cos,
+  Sin,
+  Tan,
+  RoundNearestEven,
+  RoundNearestAfz,
+  IsFinite,
+  Cbrt
 };
 enum class Binary {
-  Add, Subtract, Multiply, Divide, Remainder, Maximum, Minimum, Power, And, Or, Xor, Atan2,
-  ShiftLeft, ShiftRightArithmetic, ShiftRightLogical
+  Add,
+  Subtract,
+  Multiply,
+  Divide,
+  Remainder,
+  Maximum,
+  Minimum,
+  Power,
+  And,
+  Or,
+  Xor,
+  Atan2,
+  ShiftLeft,
+  ShiftRightArithmetic,
+  ShiftRightLogical
 };
 enum class Compare { EQ, NE, LT, LE, GT, GE };
 

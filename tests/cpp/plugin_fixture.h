@@ -38,8 +38,8 @@ inline PJRT_Buffer_Type pjrt_type_of(stablehlo::DType t) {
 // Compiles b's module returning `result`, runs it on `inputs` (one host vector
 // per parameter, in order, all of type T), and returns the output as U.
 template <class U, class T>
-std::vector<U> run(stablehlo::Builder& b, const stablehlo::Value& result, const std::vector<stablehlo::TensorType>& params,
-                   const std::vector<std::vector<T>>& inputs) {
+std::vector<U> run(stablehlo::Builder& b, const stablehlo::Value& result,
+                   const std::vector<stablehlo::TensorType>& params, const std::vector<std::vector<T>>& inputs) {
   auto exe = client().compile(b.module({result}), pjrt::single_device_compile_options());
   std::vector<pjrt::BufferPtr> buffers;
   std::vector<PJRT_Buffer*> raw;

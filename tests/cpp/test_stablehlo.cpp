@@ -48,8 +48,11 @@ TEST(StableHloText, GoldenTransposeAndReduce) {
   Value t = b.transpose(x, {1, 0});
   Value r = b.reduce(t, b.scalar(0, DType::Float32), {1}, Binary::Add);
   std::string text = b.module({r});
-  EXPECT_NE(text.find("{permutation = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>"), std::string::npos) << text;
-  EXPECT_NE(text.find("{dimensions = array<i64: 1>} : (tensor<3x2xf32>, tensor<f32>) -> tensor<3xf32>"), std::string::npos) << text;
+  EXPECT_NE(text.find("{permutation = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("{dimensions = array<i64: 1>} : (tensor<3x2xf32>, tensor<f32>) -> tensor<3xf32>"),
+            std::string::npos)
+      << text;
 }
 
 TEST(StableHloChecks, MalformedUsesAreRefusedAtBuildTime) {
@@ -74,21 +77,29 @@ TEST(StableHloChecks, MalformedUsesAreRefusedAtBuildTime) {
 // Every op, executed through the plugin against numbers computed by hand.
 TEST(StableHloRun, ElementwiseArithmeticAndMath) {
   std::vector<float> a{1, 2, 3, 4}, c{4, 3, 2, 1};
-  struct Case { Binary op; std::vector<float> want; } cases[] = {
-      {Binary::Add, {5, 5, 5, 5}}, {Binary::Subtract, {-3, -1, 1, 3}}, {Binary::Multiply, {4, 6, 6, 4}},
-      {Binary::Divide, {0.25f, 2.f / 3, 1.5f, 4}}, {Binary::Maximum, {4, 3, 3, 4}}, {Binary::Minimum, {1, 2, 2, 1}},
-      {Binary::Power, {1, 8, 9, 4}}, {Binary::Remainder, {1, 2, 1, 0}}};
+  struct Case {
+    Binary op;
+    std::vector<float> want;
+  } cases[] = {{Binary::Add, {5, 5, 5, 5}},      {Binary::Subtract, {-3, -1, 1, 3}},
+               {Binary::Multiply, {4, 6, 6, 4}}, {Binary::Divide, {0.25f, 2.f / 3, 1.5f, 4}},
+               {Binary::Maximum, {4, 3, 3, 4}},  {Binary::Minimum, {1, 2, 2, 1}},
+               {Binary::Power, {1, 8, 9, 4}},    {Binary::Remainder, {1, 2, 1, 0}}};
   for (const auto& k : cases) {
     Builder b;
     Value x = b.parameter(f32x4), y = b.parameter(f32x4);
     auto got = run<float>(b, b.binary(k.op, x, y), {f32x4, f32x4}, std::vector<std::vector<float>>{a, c});
     for (int i = 0; i < 4; ++i) EXPECT_NEAR(got[i], k.want[i], 1e-6) << "op " << static_cast<int>(k.op);
   }
-  struct UCase { Unary op; float (*f)(float); } ucases[] = {
-      {Unary::Exp, [](float v) { return std::exp(v); }}, {Unary::Log, [](float v) { return std::log(v); }},
-      {Unary::Sqrt, [](float v) { return std::sqrt(v); }}, {Unary::Tanh, [](float v) { return std::tanh(v); }},
-      {Unary::Negate, [](float v) { return -v; }}, {Unary::Abs, [](float v) { return std::fabs(v); }},
-      {Unary::Logistic, [](float v) { return 1 / (1 + std::exp(-v)); }}};
+  struct UCase {
+    Unary op;
+    float (*f)(float);
+  } ucases[] = {{Unary::Exp, [](float v) { return std::exp(v); }},
+                {Unary::Log, [](float v) { return std::log(v); }},
+                {Unary::Sqrt, [](float v) { return std::sqrt(v); }},
+                {Unary::Tanh, [](float v) { return std::tanh(v); }},
+                {Unary::Negate, [](float v) { return -v; }},
+                {Unary::Abs, [](float v) { return std::fabs(v); }},
+                {Unary::Logistic, [](float v) { return 1 / (1 + std::exp(-v)); }}};
   for (const auto& k : ucases) {
     Builder b;
     Value x = b.parameter(f32x4);
@@ -101,7 +112,7 @@ TEST(StableHloRun, CompareSelectConvert) {
   Builder b;
   Value x = b.parameter(f32x4), y = b.parameter(f32x4);
   Value lt = b.compare(Compare::LT, x, y);
-  Value s = b.select(lt, x, y);                          // elementwise min
+  Value s = b.select(lt, x, y);  // elementwise min
   Value r = b.convert(b.binary(Binary::Add, s, b.convert(b.convert(lt, DType::Int32), DType::Float32)), DType::Int32);
   auto got = run<int32_t>(b, r, {f32x4, f32x4}, std::vector<std::vector<float>>{{1, 5, 3, -2.5}, {2, 4, 3, 0}});
   EXPECT_EQ(got, (std::vector<int32_t>{2, 4, 3, -1}));
@@ -109,9 +120,9 @@ TEST(StableHloRun, CompareSelectConvert) {
 
 TEST(StableHloRun, ConstantIotaBroadcastReshapeTranspose) {
   Builder b;
-  Value i = b.iota({DType::Float32, {2, 3}}, 1);                                 // [[0,1,2],[0,1,2]]
+  Value i = b.iota({DType::Float32, {2, 3}}, 1);                                     // [[0,1,2],[0,1,2]]
   Value c = b.broadcast_in_dim(b.constant(10, {DType::Float32, {2}}), {2, 3}, {0});  // 10s
-  Value t = b.transpose(b.binary(Binary::Add, i, c), {1, 0});                      // 3x2
+  Value t = b.transpose(b.binary(Binary::Add, i, c), {1, 0});                        // 3x2
   Value r = b.reshape(t, {6});
   auto got = run<float>(b, r, {}, std::vector<std::vector<float>>{});
   EXPECT_EQ(got, (std::vector<float>{10, 10, 11, 11, 12, 12}));
@@ -153,7 +164,7 @@ TEST(StableHloRun, DotGeneralAndReduce) {
   TensorType a{DType::Float32, {2, 3}}, w{DType::Float32, {3, 2}};
   Builder b;
   Value x = b.parameter(a), y = b.parameter(w);
-  Value mm = b.dot_general(x, y, {}, {}, {1}, {0});              // 2x2
+  Value mm = b.dot_general(x, y, {}, {}, {1}, {0});                       // 2x2
   Value s = b.reduce(mm, b.scalar(0, DType::Float32), {0}, Binary::Add);  // column sums
   auto got = run<float>(b, b.concatenate({b.reshape(mm, {4}), s}, 0), {a, w},
                         std::vector<std::vector<float>>{{1, 2, 3, 4, 5, 6}, {1, 0, 0, 1, 1, 1}});
@@ -166,10 +177,12 @@ TEST(StableHloRun, GatherAndScatter) {
   Value p = b.parameter(t);
   Value idx = b.constant_int(0, {DType::Int32, {2, 2}});
   idx = b.binary(Binary::Add, idx, b.iota({DType::Int32, {2, 2}}, 0));  // [[0,0],[1,1]]
-  Value g = b.gather_1d(p, idx);                                         // [[p0,p0],[p1,p1]]
+  Value g = b.gather_1d(p, idx);                                        // [[p0,p0],[p1,p1]]
   Value sidx = b.iota({DType::Int32, {2}}, 0);
-  Value s = b.scatter_1d(p, b.binary(Binary::Add, sidx, b.constant_int(3, sidx.type)), b.constant(9, {DType::Float32, {2}}));
-  auto got = run<float>(b, b.concatenate({b.reshape(g, {4}), s}, 0), {t}, std::vector<std::vector<float>>{{5, 6, 7, 8, 9}});
+  Value s =
+      b.scatter_1d(p, b.binary(Binary::Add, sidx, b.constant_int(3, sidx.type)), b.constant(9, {DType::Float32, {2}}));
+  auto got =
+      run<float>(b, b.concatenate({b.reshape(g, {4}), s}, 0), {t}, std::vector<std::vector<float>>{{5, 6, 7, 8, 9}});
   EXPECT_EQ(got, (std::vector<float>{5, 5, 6, 6, 5, 6, 7, 9, 9}));
 }
 
