@@ -57,6 +57,41 @@ std::vector<Value> relu(LoweringContext& c) {
 // fill(self, value): every element of self's shape becomes value.
 std::vector<Value> fill(LoweringContext& c) { return {c.operand_as_output(1)}; }
 
+// The dtype PyTorch computes a comparison or where() in: argument i is a
+// Python Scalar or a 0-d tensor when it is not a full tensor operand.
+DType common_dtype(LoweringContext& c, size_t i, size_t j) {
+  auto info = [&](size_t k) -> std::pair<DType, bool> {
+    const LoweringArg& a = c.args[k];
+    if (a.kind == LoweringArg::Tensor) return {a.tensor.dtype(), a.tensor.rank() == 0};
+    return {a.kind == LoweringArg::Double ? DType::Float32
+            : a.kind == LoweringArg::Bool ? DType::Bool
+                                          : DType::Int64,
+            true};
+  };
+  auto [a, a_scalar] = info(i);
+  auto [b, b_scalar] = info(j);
+  return promote(a, a_scalar, b, b_scalar);
+}
+
+LoweringRule comparison(stablehlo::Compare dir) {
+  return [dir](LoweringContext& c) -> std::vector<Value> {
+    TensorType t{common_dtype(c, 0, 1), c.out().shape};
+    return {c.b.compare(dir, c.value_as(0, t), c.value_as(1, t))};
+  };
+}
+
+LoweringRule binary_op(Binary op) {
+  return [op](LoweringContext& c) -> std::vector<Value> {
+    return {c.b.binary(op, c.operand_as_output(0), c.operand_as_output(1))};
+  };
+}
+
+// where(condition, self, other)
+std::vector<Value> where(LoweringContext& c) {
+  Value pred = c.b.broadcast_to(c.tensor(0), c.out().shape);
+  return {c.b.select(pred, c.operand_as_output(1), c.operand_as_output(2))};
+}
+
 // zero(self): zeros of self's shape and dtype.
 std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())}; }
 
@@ -82,5 +117,26 @@ LOWERING("aten::relu", relu);
 LOWERING("aten::fill.Scalar", fill);
 LOWERING("aten::fill.Tensor", fill);
 LOWERING("aten::zero", zero);
+LOWERING("aten::log", unary(Unary::Log));
+LOWERING("aten::rsqrt", unary(Unary::Rsqrt));
+LOWERING("aten::sin", unary(Unary::Sin));
+LOWERING("aten::cos", unary(Unary::Cos));
+LOWERING("aten::floor", unary(Unary::Floor));
+LOWERING("aten::ceil", unary(Unary::Ceil));
+LOWERING("aten::maximum", binary_op(Binary::Maximum));
+LOWERING("aten::minimum", binary_op(Binary::Minimum));
+LOWERING("aten::where.self", where);
+LOWERING("aten::eq.Tensor", comparison(stablehlo::Compare::EQ));
+LOWERING("aten::eq.Scalar", comparison(stablehlo::Compare::EQ));
+LOWERING("aten::ne.Tensor", comparison(stablehlo::Compare::NE));
+LOWERING("aten::ne.Scalar", comparison(stablehlo::Compare::NE));
+LOWERING("aten::lt.Tensor", comparison(stablehlo::Compare::LT));
+LOWERING("aten::lt.Scalar", comparison(stablehlo::Compare::LT));
+LOWERING("aten::le.Tensor", comparison(stablehlo::Compare::LE));
+LOWERING("aten::le.Scalar", comparison(stablehlo::Compare::LE));
+LOWERING("aten::gt.Tensor", comparison(stablehlo::Compare::GT));
+LOWERING("aten::gt.Scalar", comparison(stablehlo::Compare::GT));
+LOWERING("aten::ge.Tensor", comparison(stablehlo::Compare::GE));
+LOWERING("aten::ge.Scalar", comparison(stablehlo::Compare::GE));
 
 }  // namespace torch_tpu::lowering

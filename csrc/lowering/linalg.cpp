@@ -23,7 +23,8 @@ std::vector<Value> addmm(LoweringContext& c) {
   if (c.has(4) && c.number(4) != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(c.number(4), p.type));
   if (c.has(3) && c.number(3) == 0) return {p};
   Value self = c.operand_as_output(0);
-  if (c.has(3) && c.number(3) != 1) self = c.b.binary(stablehlo::Binary::Multiply, self, c.b.constant(c.number(3), p.type));
+  if (c.has(3) && c.number(3) != 1)
+    self = c.b.binary(stablehlo::Binary::Multiply, self, c.b.constant(c.number(3), p.type));
   return {c.b.binary(stablehlo::Binary::Add, self, p)};
 }
 

@@ -9,9 +9,7 @@ namespace {
 
 using stablehlo::Binary;
 
-DType accumulation_type(DType out) {
-  return out == DType::Float16 || out == DType::BFloat16 ? DType::Float32 : out;
-}
+DType accumulation_type(DType out) { return out == DType::Float16 || out == DType::BFloat16 ? DType::Float32 : out; }
 
 // The reduced dimensions: argument `i` as an int list; None or [] means all.
 std::vector<int64_t> reduced_dims(LoweringContext& c, size_t i, int64_t rank) {

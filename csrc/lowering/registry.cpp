@@ -36,7 +36,8 @@ Value flat_indices(Builder& b, int64_t storage_numel, const Shape& sizes, const 
   Value index = b.constant_int(offset, type);
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == 1 || strides[d] == 0) continue;
-    Value term = b.binary(stablehlo::Binary::Multiply, b.iota(type, static_cast<int64_t>(d)), b.constant_int(strides[d], type));
+    Value term =
+        b.binary(stablehlo::Binary::Multiply, b.iota(type, static_cast<int64_t>(d)), b.constant_int(strides[d], type));
     index = b.binary(stablehlo::Binary::Add, index, term);
   }
   return index;
@@ -60,6 +61,44 @@ std::vector<std::string> registered_ops() {
   return ops;
 }
 
+namespace {
+int category(DType t) { return t == DType::Bool ? 0 : stablehlo::is_float(t) ? 2 : 1; }
+int rank_within(DType t) {
+  switch (t) {
+    case DType::Bool: return 0;
+    case DType::UInt8: return 1;
+    case DType::Int8: return 1;
+    case DType::Int16: return 2;
+    case DType::Int32: return 3;
+    case DType::Int64: return 4;
+    case DType::Float16: return 1;
+    case DType::BFloat16: return 1;
+    case DType::Float32: return 3;
+    case DType::Float64: return 4;
+  }
+  return 0;
+}
+DType promote_same_priority(DType a, DType b) {
+  if (a == b) return a;
+  if ((a == DType::UInt8 && b == DType::Int8) || (a == DType::Int8 && b == DType::UInt8)) return DType::Int16;
+  if ((a == DType::Float16 && b == DType::BFloat16) || (a == DType::BFloat16 && b == DType::Float16))
+    return DType::Float32;
+  return rank_within(a) >= rank_within(b) ? a : b;
+}
+}  // namespace
+
+DType promote(DType a, bool a_scalar, DType b, bool b_scalar) {
+  if (a_scalar == b_scalar) {
+    if (category(a) != category(b)) return category(a) > category(b) ? a : b;
+    return promote_same_priority(a, b);
+  }
+  // A scalar operand wins only by lifting the category (to the default type
+  // of that category: float32 for floats, int64 for ints).
+  DType tensor = a_scalar ? b : a, scalar = a_scalar ? a : b;
+  if (category(scalar) <= category(tensor)) return tensor;
+  return category(scalar) == 2 ? DType::Float32 : DType::Int64;
+}
+
 int64_t normalize_dim(int64_t dim, int64_t rank) {
   int64_t r = rank == 0 ? 1 : rank;
   if (dim < -r || dim >= r)
@@ -71,10 +110,13 @@ int64_t normalize_dim(int64_t dim, int64_t rank) {
 const Value& LoweringContext::tensor(size_t i) const { return arg(args, i, LoweringArg::Tensor, "a tensor").tensor; }
 int64_t LoweringContext::integer(size_t i) const { return arg(args, i, LoweringArg::Int, "an int").i; }
 double LoweringContext::number(size_t i) const { return arg(args, i, LoweringArg::Double, "a number").number(); }
-const std::vector<int64_t>& LoweringContext::ints(size_t i) const { return arg(args, i, LoweringArg::IntList, "an int list").ints; }
+const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
+  return arg(args, i, LoweringArg::IntList, "an int list").ints;
+}
 
 Value LoweringContext::value_as(size_t i, const TensorType& type) const {
-  if (i < args.size() && args[i].kind == LoweringArg::Tensor) return b.broadcast_to(b.cast(args[i].tensor, type.dtype), type.shape);
+  if (i < args.size() && args[i].kind == LoweringArg::Tensor)
+    return b.broadcast_to(b.cast(args[i].tensor, type.dtype), type.shape);
   return b.constant(number(i), type);
 }
 

@@ -72,6 +72,10 @@ struct RuleRegistrar {
 #define LOWERING(op, rule) \
   static const ::torch_tpu::lowering::RuleRegistrar TORCH_TPU_CONCAT(lowering_rule_, __LINE__)(op, rule)
 
+// PyTorch's type promotion of two operands: dtypes, whether each is a 0-d
+// tensor or a Python scalar (which only lift the category, never the width).
+DType promote(DType a, bool a_scalar, DType b, bool b_scalar);
+
 // A dimension argument normalized to [0, rank).
 int64_t normalize_dim(int64_t dim, int64_t rank);
 

@@ -51,7 +51,21 @@ def test_div_rounding_modes():
         )
 
 
-@pytest.mark.parametrize("op", [torch.neg, torch.exp, torch.relu, torch.tanh, torch.sigmoid, torch.abs])
+@pytest.mark.parametrize(
+    "op",
+    [
+        torch.neg,
+        torch.exp,
+        torch.relu,
+        torch.tanh,
+        torch.sigmoid,
+        torch.abs,
+        torch.sin,
+        torch.cos,
+        torch.floor,
+        torch.ceil,
+    ],
+)
 def test_unary(op):
     a = torch.randn(4, 5)
     assert_same(op(a.to("tpu")), op(a))
@@ -114,3 +128,23 @@ def test_debug_mode_gives_same_results():
         assert torch_tpu.get_eager_mode() == "debug"
         assert_same(torch.exp(a.to("tpu")) + 1, torch.exp(a) + 1)
     assert torch_tpu.get_eager_mode() == "strict"
+
+
+@pytest.mark.parametrize("op", [torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge])
+def test_comparisons_promote_like_cpu(op):
+    a = torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=torch.int32)
+    b = torch.tensor([2.5, 2.0, 7.0])
+    assert_same(op(a.to("tpu"), b.to("tpu")), op(a, b))  # int vs float: compared as float
+    assert_same(op(a.to("tpu"), 2.5), op(a, 2.5))  # Python float scalar
+    assert_same(op(a.to("tpu"), 3), op(a, 3))
+    assert_same(op(b.to("tpu"), torch.tensor(2)), op(b, torch.tensor(2)))  # cpu 0-d tensor
+
+
+def test_where_maximum_minimum_log_rsqrt():
+    a, b = torch.rand(3, 4) + 0.5, torch.rand(4) + 0.5
+    assert_same(torch.where(a.to("tpu") > 1, a.to("tpu"), b.to("tpu")), torch.where(a > 1, a, b))
+    assert_same(torch.where(a.to("tpu") > 1, a.to("tpu"), 0.0), torch.where(a > 1, a, 0.0))
+    assert_same(torch.maximum(a.to("tpu"), b.to("tpu")), torch.maximum(a, b))
+    assert_same(torch.minimum(a.to("tpu"), b.to("tpu")), torch.minimum(a, b))
+    assert_same(torch.log(a.to("tpu")), torch.log(a))
+    assert_same(torch.rsqrt(a.to("tpu")), torch.rsqrt(a))
