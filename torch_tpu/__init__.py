@@ -34,7 +34,15 @@ torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
 
 from torch_tpu import _printing  # noqa: E402, F401  (installs tpu tensor printing)
 
-__all__ = ["metrics", "reset_metrics", "set_eager_mode", "get_eager_mode", "registered_lowerings"]
+__all__ = [
+    "metrics",
+    "reset_metrics",
+    "set_eager_mode",
+    "get_eager_mode",
+    "set_fallback",
+    "get_fallback",
+    "registered_lowerings",
+]
 
 
 def metrics() -> dict:
@@ -68,6 +76,30 @@ def set_eager_mode(mode: str) -> _EagerModeContext:
     previous = _C.get_eager_mode()
     _C.set_eager_mode(mode)
     return _EagerModeContext(previous)
+
+
+class _FallbackContext(contextlib.AbstractContextManager):
+    def __init__(self, previous: str):
+        self._previous = previous
+
+    def __exit__(self, *exc):
+        _C.set_fallback(self._previous)
+        return False
+
+
+def set_fallback(mode: str) -> _FallbackContext:
+    """What an op without a lowering does: "cpu" (run on CPU, warn once) or "error" (raise).
+
+    Also a context manager that restores the previous setting. The default comes
+    from TORCH_TPU_FALLBACK (cpu unless set to error).
+    """
+    previous = _C.get_fallback()
+    _C.set_fallback(mode)
+    return _FallbackContext(previous)
+
+
+def get_fallback() -> str:
+    return _C.get_fallback()
 
 
 def registered_lowerings() -> list:

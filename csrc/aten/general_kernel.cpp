@@ -330,13 +330,6 @@ void general_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
-// Ops with no rule yet: a clear error naming the op (the CPU fallback is a later step).
-void missing_lowering(const c10::OperatorHandle& op, torch::jit::Stack*) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_tpu: ", full_name(op.operator_name()),
-                              " has no tpu lowering yet. Move the tensors to CPU for this op (x.cpu()), "
-                              "or add a rule in csrc/lowering/.");
-}
-
 }  // namespace
 
 void register_general_kernels() {
@@ -356,7 +349,5 @@ void register_general_kernels() {
     library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&general_kernel>());
   }
 }
-
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&missing_lowering>()); }
 
 }  // namespace torch_tpu::aten

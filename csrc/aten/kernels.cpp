@@ -38,6 +38,8 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
 // Grows the storage in place when the new shape needs more bytes; the old
 // elements keep their positions and the new ones read as zeros.
 const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  // Same shape: keep the strides (a view stays the view), like PyTorch's resize_.
+  if (self.sizes() == size && !format) return self;
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   if (format && *format != at::MemoryFormat::Contiguous) impl->empty_tensor_restride(*format);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "aten/cpu_fallback.h"
 #include "aten/general_kernel.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
@@ -78,6 +79,12 @@ PYBIND11_MODULE(_C, m) {
     else
       throw py::value_error("torch_tpu.set_eager_mode: '" + mode + "' is not one of: strict, debug");
   });
+  m.def("set_fallback", [](const std::string& mode) {
+    if (mode != "cpu" && mode != "error")
+      throw py::value_error("torch_tpu.set_fallback: '" + mode + "' is not one of: cpu, error");
+    torch_tpu::aten::set_fallback_raises(mode == "error");
+  });
+  m.def("get_fallback", [] { return torch_tpu::aten::fallback_raises_errors() ? "error" : "cpu"; });
   m.def("get_eager_mode", [] { return Runtime::get().mode() == EagerMode::Debug ? "debug" : "strict"; });
   // Compiles MLIR text as-is: lets tests reach the plugin's own error messages.
   m.def("_compile", [](const std::string& mlir) {

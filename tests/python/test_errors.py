@@ -55,10 +55,14 @@ def test_mixing_cpu_and_tpu_tensors():
     assert (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0]
 
 
-def test_op_without_lowering_names_the_op():
+def test_op_without_lowering_names_the_op_when_fallback_is_off():
     x = torch.ones(3, device="tpu")
-    with pytest.raises(NotImplementedError, match="aten::special_erfcx.*no tpu lowering"):
+    with (
+        torch_tpu.set_fallback("error"),
+        pytest.raises(NotImplementedError, match="aten::special_erfcx.*no tpu lowering"),
+    ):
         torch.special.erfcx(x)
+    assert torch_tpu.get_fallback() == "cpu"
     assert (x * 2).cpu().tolist() == [2.0, 2.0, 2.0]
 
 

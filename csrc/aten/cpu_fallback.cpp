@@ -1,0 +1,58 @@
+// Ops with no lowering rule run on CPU: inputs copied to the host, PyTorch's
+// CPU kernel run, mutated arguments copied back through the storage model (so
+// aliasing and in-place semantics hold), new outputs moved to the device.
+// Each fallen-back op is counted and warned about once;
+// TORCH_TPU_FALLBACK=error (or torch_tpu.set_fallback("error")) raises instead.
+#include "aten/cpu_fallback.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include "runtime/runtime.h"
+
+namespace torch_tpu::aten {
+namespace {
+
+std::atomic<bool> fallback_raises{[] {
+  const char* v = std::getenv("TORCH_TPU_FALLBACK");
+  return v && std::string(v) == "error";
+}()};
+
+std::string op_name(const c10::OperatorHandle& op) {
+  const auto& n = op.operator_name();
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  std::string name = op_name(op);
+  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_raises.load(), "torch_tpu: ", name,
+                              " has no tpu lowering (and the CPU fallback is off: TORCH_TPU_FALLBACK=error). "
+                              "Move the tensors to CPU for this op (x.cpu()), or add a rule in csrc/lowering/.");
+  {
+    static std::mutex mutex;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (warned.insert(name).second)
+      TORCH_WARN("torch_tpu: ", name,
+                 " has no tpu lowering; it runs on CPU with copies in and out. "
+                 "Set TORCH_TPU_FALLBACK=error to raise instead.");
+  }
+  auto& runtime = runtime::Runtime::get();
+  runtime.count("fallbacks");
+  runtime.count("fallback::" + name);
+  at::native::cpu_fallback(op, stack);
+}
+
+}  // namespace
+
+void set_fallback_raises(bool raises) { fallback_raises.store(raises); }
+bool fallback_raises_errors() { return fallback_raises.load(); }
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,52 @@
+"""Ops without a lowering run on CPU, keep aliasing and in-place semantics, and are counted."""
+
+import warnings
+
+import torch
+from conftest import assert_same
+
+import torch_tpu
+
+
+def erfcx_fallbacks() -> int:
+    # special_erfcx is composite over its out= overload, which is what falls back.
+    return sum(v for k, v in torch_tpu.metrics().items() if k.startswith("fallback::aten::special_erfcx"))
+
+
+def test_fallback_matches_cpu_and_is_counted():
+    x = torch.rand(4, 5) + 0.1
+    before = erfcx_fallbacks()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        out = torch.special.erfcx(x.to("tpu"))
+    assert_same(out, torch.special.erfcx(x))
+    assert erfcx_fallbacks() == before + 1
+
+
+def test_fallback_warns_once_per_op():
+    x = torch.rand(3).to("tpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.special.i0e(x)
+        torch.special.i0e(x)
+    messages = [str(w.message) for w in caught if "aten::special_i0e" in str(w.message)]
+    assert len(messages) <= 1  # 0 when an earlier test already warned in this process
+
+
+def test_fallback_inplace_on_a_view_is_seen_by_aliases():
+    base_cpu = torch.rand(4, 6)
+    base = base_cpu.to("tpu")
+    view, view_cpu = base[1:3, ::2], base_cpu[1:3, ::2]
+    view.lgamma_()
+    view_cpu.lgamma_()
+    assert_same(base, base_cpu)
+
+
+def test_fallback_data_dependent_and_out_ops():
+    x_cpu = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    x = x_cpu.to("tpu")
+    assert_same(torch.nonzero(x), torch.nonzero(x_cpu))
+    assert_same(x[x > 0.5], x_cpu[x_cpu > 0.5])
+    out = torch.empty(0, device="tpu")
+    torch.erfinv(x / 4, out=out)
+    assert_same(out, torch.erfinv(x_cpu / 4))
