@@ -1,6 +1,8 @@
 // Elementwise ops. PyTorch's meta kernel already decided the result dtype and
 // broadcast shape (type promotion included); each rule converts its operands
 // to that type and applies one StableHLO op.
+#include <cmath>
+
 #include "lowering/registry.h"
 
 namespace torch_tpu::lowering {
@@ -49,6 +51,14 @@ LoweringRule unary(Unary op) {
   return [op](LoweringContext& c) -> std::vector<Value> { return {c.b.unary(op, c.operand_as_output(0))}; };
 }
 
+// floor/ceil: integers are already whole.
+LoweringRule rounding(Unary op) {
+  return [op](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.operand_as_output(0);
+    return {stablehlo::is_float(x.dtype()) ? c.b.unary(op, x) : x};
+  };
+}
+
 std::vector<Value> relu(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   return {c.b.binary(Binary::Maximum, x, c.b.constant(0, c.out()))};
@@ -92,6 +102,139 @@ std::vector<Value> where(LoweringContext& c) {
   return {c.b.select(pred, c.operand_as_output(1), c.operand_as_output(2))};
 }
 
+// remainder: Python's modulo, the sign follows the divisor.
+std::vector<Value> remainder(LoweringContext& c) {
+  Value a = c.operand_as_output(0), b = c.operand_as_output(1), zero = c.b.constant(0, c.out());
+  Value r = c.b.binary(Binary::Remainder, a, b);
+  Value fix = c.b.binary(Binary::And, c.b.compare(stablehlo::Compare::NE, r, zero),
+                         c.b.compare(stablehlo::Compare::NE, c.b.compare(stablehlo::Compare::LT, r, zero),
+                                     c.b.compare(stablehlo::Compare::LT, b, zero)));
+  return {c.b.select(fix, c.b.binary(Binary::Add, r, b), r)};
+}
+
+// clamp(self, min?, max?) with Scalar or Tensor bounds: min(max(x, lo), hi).
+std::vector<Value> clamp(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  if (c.has(1)) x = c.b.binary(Binary::Maximum, x, c.operand_as_output(1));
+  if (c.has(2)) x = c.b.binary(Binary::Minimum, x, c.operand_as_output(2));
+  return {x};
+}
+std::vector<Value> clamp_min(LoweringContext& c) {
+  return {c.b.binary(Binary::Maximum, c.operand_as_output(0), c.operand_as_output(1))};
+}
+std::vector<Value> clamp_max(LoweringContext& c) {
+  return {c.b.binary(Binary::Minimum, c.operand_as_output(0), c.operand_as_output(1))};
+}
+
+// logical ops: operands are "x != 0", the result is bool.
+Value truth(LoweringContext& c, size_t i) {
+  const Value& x = c.tensor(i);
+  if (x.dtype() == DType::Bool) return c.b.broadcast_to(x, c.out().shape);
+  Value nz = c.b.compare(stablehlo::Compare::NE, x, c.b.constant(0, x.type));
+  return c.b.broadcast_to(nz, c.out().shape);
+}
+LoweringRule logical(Binary op) {
+  return [op](LoweringContext& c) -> std::vector<Value> {
+    return {c.b.cast(c.b.binary(op, truth(c, 0), truth(c, 1)), c.out().dtype)};
+  };
+}
+std::vector<Value> logical_not(LoweringContext& c) {
+  return {c.b.cast(c.b.unary(Unary::Not, truth(c, 0)), c.out().dtype)};
+}
+
+std::vector<Value> bitwise_not(LoweringContext& c) { return {c.b.unary(Unary::Not, c.operand_as_output(0))}; }
+
+std::vector<Value> isnan(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  if (!stablehlo::is_float(x.dtype())) return {c.b.constant(0, c.out())};
+  return {c.b.compare(stablehlo::Compare::NE, x, x)};
+}
+
+std::vector<Value> isinf(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  if (!stablehlo::is_float(x.dtype())) return {c.b.constant(0, c.out())};
+  return {c.b.compare(stablehlo::Compare::EQ, c.b.unary(Unary::Abs, x), c.b.constant(INFINITY, x.type))};
+}
+
+std::vector<Value> sign(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  if (x.dtype() == DType::Bool) return {x};
+  return {c.b.unary(Unary::Sign, x)};
+}
+
+// trunc rounds toward zero; integers are already whole.
+Value trunc_value(Builder& b, const Value& x) {
+  if (!stablehlo::is_float(x.dtype())) return x;
+  Value negative = b.compare(stablehlo::Compare::LT, x, b.constant(0, x.type));
+  return b.select(negative, b.unary(Unary::Ceil, x), b.unary(Unary::Floor, x));
+}
+std::vector<Value> trunc(LoweringContext& c) { return {trunc_value(c.b, c.operand_as_output(0))}; }
+std::vector<Value> frac(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  return {c.b.binary(Binary::Subtract, x, trunc_value(c.b, x))};
+}
+
+// round(self) and round.decimals(self, decimals): half to even, like PyTorch.
+std::vector<Value> round(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  if (!stablehlo::is_float(x.dtype())) return {x};
+  int64_t decimals = c.has(1) ? c.integer(1) : 0;
+  if (decimals == 0) return {c.b.unary(Unary::RoundNearestEven, x)};
+  Value scale = c.b.constant(std::pow(10.0, static_cast<double>(decimals)), x.type);
+  Value r = c.b.unary(Unary::RoundNearestEven, c.b.binary(Binary::Multiply, x, scale));
+  return {c.b.binary(Binary::Divide, r, scale)};
+}
+
+std::vector<Value> reciprocal(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  return {c.b.binary(Binary::Divide, c.b.constant(1, x.type), x)};
+}
+
+LoweringRule log_base(double base) {
+  return [base](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.operand_as_output(0);
+    return {c.b.binary(Binary::Divide, c.b.unary(Unary::Log, x), c.b.constant(std::log(base), x.type))};
+  };
+}
+
+std::vector<Value> exp2(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  return {c.b.binary(Binary::Power, c.b.constant(2, x.type), x)};
+}
+
+std::vector<Value> hypot(LoweringContext& c) {
+  Value a = c.operand_as_output(0), b = c.operand_as_output(1);
+  return {c.b.unary(Unary::Sqrt,
+                    c.b.binary(Binary::Add, c.b.binary(Binary::Multiply, a, a), c.b.binary(Binary::Multiply, b, b)))};
+}
+
+// lerp(self, end, weight): PyTorch's two-sided form keeps lerp(a, b, 1) == b exactly.
+std::vector<Value> lerp(LoweringContext& c) {
+  Value a = c.operand_as_output(0), e = c.operand_as_output(1), w = c.operand_as_output(2);
+  Value diff = c.b.binary(Binary::Subtract, e, a), one = c.b.constant(1, c.out());
+  Value low = c.b.binary(Binary::Add, a, c.b.binary(Binary::Multiply, w, diff));
+  Value high =
+      c.b.binary(Binary::Subtract, e, c.b.binary(Binary::Multiply, diff, c.b.binary(Binary::Subtract, one, w)));
+  Value small = c.b.compare(stablehlo::Compare::LT, c.b.unary(Unary::Abs, w), c.b.constant(0.5, c.out()));
+  return {c.b.select(small, low, high)};
+}
+
+// nan_to_num(self, nan?, posinf?, neginf?): defaults are 0 and the dtype's extremes.
+std::vector<Value> nan_to_num(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  if (!stablehlo::is_float(x.dtype())) return {x};
+  double big = x.dtype() == DType::Float16    ? 65504.0
+               : x.dtype() == DType::BFloat16 ? 3.3895313892515355e38
+               : x.dtype() == DType::Float32  ? 3.4028234663852886e38
+                                              : 1.7976931348623157e308;
+  Value nan = c.b.constant(c.has(1) ? c.number(1) : 0.0, x.type);
+  Value pos = c.b.constant(c.has(2) ? c.number(2) : big, x.type);
+  Value neg = c.b.constant(c.has(3) ? c.number(3) : -big, x.type);
+  x = c.b.select(c.b.compare(stablehlo::Compare::NE, x, x), nan, x);
+  x = c.b.select(c.b.compare(stablehlo::Compare::EQ, x, c.b.constant(INFINITY, x.type)), pos, x);
+  return {c.b.select(c.b.compare(stablehlo::Compare::EQ, x, c.b.constant(-INFINITY, x.type)), neg, x)};
+}
+
 // zero(self): zeros of self's shape and dtype.
 std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())}; }
 
@@ -121,11 +264,67 @@ LOWERING("aten::log", unary(Unary::Log));
 LOWERING("aten::rsqrt", unary(Unary::Rsqrt));
 LOWERING("aten::sin", unary(Unary::Sin));
 LOWERING("aten::cos", unary(Unary::Cos));
-LOWERING("aten::floor", unary(Unary::Floor));
-LOWERING("aten::ceil", unary(Unary::Ceil));
+LOWERING("aten::floor", rounding(Unary::Floor));
+LOWERING("aten::ceil", rounding(Unary::Ceil));
 LOWERING("aten::maximum", binary_op(Binary::Maximum));
 LOWERING("aten::minimum", binary_op(Binary::Minimum));
 LOWERING("aten::where.self", where);
+LOWERING("aten::remainder.Tensor", remainder);
+LOWERING("aten::remainder.Scalar", remainder);
+LOWERING("aten::fmod.Tensor", binary_op(Binary::Remainder));
+LOWERING("aten::fmod.Scalar", binary_op(Binary::Remainder));
+LOWERING("aten::pow.Tensor_Tensor", binary_op(Binary::Power));
+LOWERING("aten::pow.Tensor_Scalar", binary_op(Binary::Power));
+LOWERING("aten::pow.Scalar", binary_op(Binary::Power));
+LOWERING("aten::atan2", binary_op(Binary::Atan2));
+LOWERING("aten::hypot", hypot);
+LOWERING("aten::clamp", clamp);
+LOWERING("aten::clamp.Tensor", clamp);
+LOWERING("aten::clamp_min", clamp_min);
+LOWERING("aten::clamp_min.Tensor", clamp_min);
+LOWERING("aten::clamp_max", clamp_max);
+LOWERING("aten::clamp_max.Tensor", clamp_max);
+LOWERING("aten::bitwise_and.Tensor", binary_op(Binary::And));
+LOWERING("aten::bitwise_and.Scalar", binary_op(Binary::And));
+LOWERING("aten::bitwise_or.Tensor", binary_op(Binary::Or));
+LOWERING("aten::bitwise_or.Scalar", binary_op(Binary::Or));
+LOWERING("aten::bitwise_xor.Tensor", binary_op(Binary::Xor));
+LOWERING("aten::bitwise_xor.Scalar", binary_op(Binary::Xor));
+LOWERING("aten::bitwise_not", bitwise_not);
+LOWERING("aten::logical_and", logical(Binary::And));
+LOWERING("aten::logical_or", logical(Binary::Or));
+LOWERING("aten::logical_xor", logical(Binary::Xor));
+LOWERING("aten::logical_not", logical_not);
+LOWERING("aten::isnan", isnan);
+LOWERING("aten::isinf", isinf);
+LOWERING("aten::sign", sign);
+LOWERING("aten::sgn", sign);
+LOWERING("aten::trunc", trunc);
+LOWERING("aten::frac", frac);
+LOWERING("aten::round", round);
+LOWERING("aten::round.decimals", round);
+LOWERING("aten::reciprocal", reciprocal);
+LOWERING("aten::log2", log_base(2.0));
+LOWERING("aten::log10", log_base(10.0));
+LOWERING("aten::exp2", exp2);
+LOWERING("aten::lerp.Scalar", lerp);
+LOWERING("aten::lerp.Tensor", lerp);
+LOWERING("aten::nan_to_num", nan_to_num);
+LOWERING("aten::expm1", unary(Unary::Expm1));
+LOWERING("aten::log1p", unary(Unary::Log1p));
+LOWERING("aten::tan", unary(Unary::Tan));
+LOWERING("aten::erf", unary(Unary::Erf));
+LOWERING("aten::erfinv", unary(Unary::ErfInv));
+LOWERING("aten::lgamma", unary(Unary::Lgamma));
+LOWERING("aten::digamma", unary(Unary::Digamma));
+LOWERING("aten::asin", unary(Unary::Asin));
+LOWERING("aten::acos", unary(Unary::Acos));
+LOWERING("aten::atan", unary(Unary::Atan));
+LOWERING("aten::sinh", unary(Unary::Sinh));
+LOWERING("aten::cosh", unary(Unary::Cosh));
+LOWERING("aten::asinh", unary(Unary::Asinh));
+LOWERING("aten::acosh", unary(Unary::Acosh));
+LOWERING("aten::atanh", unary(Unary::Atanh));
 LOWERING("aten::eq.Tensor", comparison(stablehlo::Compare::EQ));
 LOWERING("aten::eq.Scalar", comparison(stablehlo::Compare::EQ));
 LOWERING("aten::ne.Tensor", comparison(stablehlo::Compare::NE));

@@ -14,6 +14,7 @@ DType accumulation_type(DType out) { return out == DType::Float16 || out == DTyp
 // The reduced dimensions: argument `i` as an int list; None or [] means all.
 std::vector<int64_t> reduced_dims(LoweringContext& c, size_t i, int64_t rank) {
   std::vector<int64_t> dims;
+  if (rank == 0) return dims;  // a 0-d tensor reduces over nothing (dim 0 and -1 are allowed)
   if (c.has(i)) {
     for (int64_t d : c.ints(i)) dims.push_back(normalize_dim(d, rank));
   }
@@ -50,7 +51,7 @@ std::vector<Value> mean(LoweringContext& c) {
   DType acc = accumulation_type(c.out().dtype);
   std::vector<int64_t> dims = reduced_dims(c, 1, x.rank());
   int64_t count = 1;
-  for (int64_t d : dims) count *= x.shape()[d];
+  for (int64_t d : dims) count *= x.shape().at(d);
   Value s = sum_over(c, dims, acc);
   Value m = c.b.binary(Binary::Divide, s, c.b.constant(static_cast<double>(count), s.type));
   return {c.b.reshape(c.b.cast(m, c.out().dtype), c.out().shape)};

@@ -94,6 +94,18 @@ const char* unary_name(Unary op) {
     case Unary::RoundNearestAfz: return "round_nearest_afz";
     case Unary::IsFinite: return "is_finite";
     case Unary::Cbrt: return "cbrt";
+    case Unary::Erf: return "chlo.erf";
+    case Unary::ErfInv: return "chlo.erf_inv";
+    case Unary::Lgamma: return "chlo.lgamma";
+    case Unary::Digamma: return "chlo.digamma";
+    case Unary::Asin: return "chlo.asin";
+    case Unary::Acos: return "chlo.acos";
+    case Unary::Atan: return "chlo.atan";
+    case Unary::Sinh: return "chlo.sinh";
+    case Unary::Cosh: return "chlo.cosh";
+    case Unary::Asinh: return "chlo.asinh";
+    case Unary::Acosh: return "chlo.acosh";
+    case Unary::Atanh: return "chlo.atanh";
   }
   return "?";
 }
@@ -205,7 +217,9 @@ Value Builder::parameter(const TensorType& type) {
 Value Builder::emit(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,
                     const TensorType& result, const std::string& region) {
   Value out{fresh(), result};
-  std::string line = out.name + " = \"stablehlo." + op + "\"(";
+  // Ops outside StableHLO carry their dialect ("chlo.erf").
+  std::string qualified = op.find('.') == std::string::npos ? "stablehlo." + op : op;
+  std::string line = out.name + " = \"" + qualified + "\"(";
   std::string types;
   for (size_t i = 0; i < operands.size(); ++i) {
     line += (i ? ", " : "") + operands[i].name;

@@ -61,7 +61,20 @@ enum class Unary {
   RoundNearestEven,
   RoundNearestAfz,
   IsFinite,
-  Cbrt
+  Cbrt,
+  // CHLO ops: XLA expands them; StableHLO has no primitive for these.
+  Erf,
+  ErfInv,
+  Lgamma,
+  Digamma,
+  Asin,
+  Acos,
+  Atan,
+  Sinh,
+  Cosh,
+  Asinh,
+  Acosh,
+  Atanh
 };
 enum class Binary {
   Add,

@@ -22,3 +22,9 @@ def assert_same(tpu_result, cpu_result, **tol):
     assert tpu_result.dtype == cpu_result.dtype, (tpu_result.dtype, cpu_result.dtype)
     assert tpu_result.shape == cpu_result.shape, (tpu_result.shape, cpu_result.shape)
     torch.testing.assert_close(tpu_result.cpu(), cpu_result, **tol)
+
+
+def pytest_terminal_summary(terminalreporter):
+    module = sys.modules.get("test_opinfo")
+    if module is not None and (module.SUMMARY["passed"] or module.SUMMARY["failed"]):
+        terminalreporter.write_line(module.pytest_sessionfinish_summary())
