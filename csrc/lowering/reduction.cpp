@@ -105,6 +105,14 @@ Value highest(Builder& b, DType t) {
 
 Value is_nan(Builder& b, const Value& x) { return b.compare(Compare::NE, x, x); }
 
+// PyTorch's meta kernels let these through; its CPU kernels raise.
+void refuse_empty(const char* op, const Value& x, const std::vector<int64_t>& dims) {
+  for (int64_t d : dims)
+    if (x.shape()[d] == 0)
+      throw std::invalid_argument(std::string(op) + "(): Expected reduction dim " + std::to_string(d) +
+                                  " to have non-zero size (input " + x.type.str() + ")");
+}
+
 // max / min of two values as PyTorch computes them: a NaN wins. Explicit,
 // because XLA CPU's reduce with a plain maximum region drops NaN.
 Value extreme(Builder& b, bool is_max, const Value& l, const Value& r) {
@@ -158,6 +166,9 @@ LoweringRule amax_amin(bool is_max) {
 LoweringRule max_min_all(bool is_max) {
   return [is_max](LoweringContext& c) -> std::vector<Value> {
     const Value& x = c.tensor(0);
+    if (x.type.numel() == 0)
+      throw std::invalid_argument(std::string(is_max ? "max" : "min") +
+                                  "(): Expected reduction dim to be specified for input.numel() == 0.");
     return {c.b.reshape(reduce_extreme(c.b, x, reduced_dims(c, 99, x.rank()), is_max), c.out().shape)};
   };
 }
@@ -166,7 +177,9 @@ LoweringRule max_min_all(bool is_max) {
 LoweringRule max_min_dim(bool is_max) {
   return [is_max](LoweringContext& c) -> std::vector<Value> {
     const Value& x = c.tensor(0);
-    auto [v, i] = arg_extreme(c.b, x, normalize_dim(c.integer(1), x.rank()), is_max);
+    int64_t dim = normalize_dim(c.integer(1), x.rank());
+    if (x.rank() > 0) refuse_empty(is_max ? "max" : "min", x, {dim});
+    auto [v, i] = arg_extreme(c.b, x, dim, is_max);
     return {c.b.reshape(v, c.out(0).shape), c.b.reshape(i, c.out(1).shape)};
   };
 }
@@ -175,11 +188,14 @@ LoweringRule max_min_dim(bool is_max) {
 LoweringRule arg_max_min(bool is_max) {
   return [is_max](LoweringContext& c) -> std::vector<Value> {
     Value x = c.tensor(0);
+    if (x.dtype() == DType::Bool)
+      throw std::invalid_argument(std::string(is_max ? "argmax" : "argmin") + "(): does not support bool input");
     int64_t dim = 0;
     if (c.has(1))
       dim = normalize_dim(c.integer(1), x.rank());
     else
       x = c.b.reshape(x, {x.type.numel()});
+    if (x.rank() > 0) refuse_empty(is_max ? "argmax" : "argmin", x, {dim});
     return {c.b.reshape(arg_extreme(c.b, x, dim, is_max).second, c.out().shape)};
   };
 }
@@ -210,6 +226,9 @@ Value expand_back(Builder& b, const Value& r, const Shape& shape, const std::vec
 // the accumulation type. Returns (var, mean), shaped like output `k`.
 std::pair<Value, Value> var_mean_of(LoweringContext& c, size_t k) {
   const Value& x0 = c.tensor(0);
+  if (!stablehlo::is_float(x0.dtype()))
+    throw std::invalid_argument("std and var only support floating point and complex dtypes (input " + x0.type.str() +
+                                ")");
   DType acc = accumulation_type(c.out(k).dtype);
   std::vector<int64_t> dims = reduced_dims(c, 1, x0.rank());
   int64_t count = 1;

@@ -113,6 +113,23 @@ def test_argmax_0d_and_3d():
     check(lambda t: torch.argmax(t, 1), torch.randn(2, 6, 3))
 
 
+def test_errors_like_cpu():
+    # PyTorch's meta kernels accept these; its CPU kernels raise, and so do we.
+    cases = [
+        (lambda t: torch.max(t[:0], 0), torch.randn(2, 3)),
+        (lambda t: torch.min(t[:0]), torch.randn(2, 3)),
+        (lambda t: torch.argmax(t[:, :0], 1), torch.randn(2, 3)),
+        (lambda t: torch.argmax(t[:0]), torch.randn(2, 3)),
+        (torch.argmax, torch.tensor([True, False])),
+        (torch.var, torch.tensor([1, 2, 3])),
+    ]
+    for fn, x in cases:
+        with pytest.raises((RuntimeError, IndexError)):
+            fn(x)
+        with pytest.raises((RuntimeError, IndexError)):
+            fn(x.to("tpu"))
+
+
 # ---------------------------------------------------------------- prod, var, std
 
 
