@@ -1,6 +1,10 @@
 // Reductions over dimensions. Low-precision floats accumulate in float32, as
 // PyTorch does on CPU and CUDA.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "lowering/registry.h"
 
@@ -11,10 +15,16 @@ using stablehlo::Binary;
 
 DType accumulation_type(DType out) { return out == DType::Float16 || out == DType::BFloat16 ? DType::Float32 : out; }
 
+// Input `i` as PyTorch reduces it: first in the output dtype (sum(x, dtype=bf16)
+// rounds x to bf16), then widened to the accumulation type.
+Value accumulated_input(LoweringContext& c, size_t i, size_t k = 0) {
+  return c.b.cast(c.b.cast(c.tensor(i), c.out(k).dtype), accumulation_type(c.out(k).dtype));
+}
+
 // The reduced dimensions: argument `i` as an int list; None or [] means all.
 std::vector<int64_t> reduced_dims(LoweringContext& c, size_t i, int64_t rank) {
   std::vector<int64_t> dims;
-  if (rank == 0) return dims;  // a 0-d tensor reduces over nothing (dim 0 and -1 are allowed)
+  if (rank == 0) return dims;  // a 0-d tensor's dim 0 / -1 reduces nothing
   if (c.has(i)) {
     for (int64_t d : c.ints(i)) dims.push_back(normalize_dim(d, rank));
   }
@@ -26,7 +36,7 @@ std::vector<int64_t> reduced_dims(LoweringContext& c, size_t i, int64_t rank) {
 }
 
 Value sum_over(LoweringContext& c, const std::vector<int64_t>& dims, DType acc) {
-  Value x = c.b.cast(c.tensor(0), acc);
+  Value x = accumulated_input(c, 0);
   return c.b.reduce(x, c.b.scalar(0, acc), dims, Binary::Add);
 }
 
@@ -57,10 +67,293 @@ std::vector<Value> mean(LoweringContext& c) {
   return {c.b.reshape(c.b.cast(m, c.out().dtype), c.out().shape)};
 }
 
+// mean(self, *, dtype): all dimensions.
+std::vector<Value> mean_all(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  DType acc = accumulation_type(c.out().dtype);
+  Value s = sum_over(c, reduced_dims(c, 99, x.rank()), acc);
+  Value m = c.b.binary(Binary::Divide, s, c.b.constant(static_cast<double>(x.type.numel()), s.type));
+  return {c.b.reshape(c.b.cast(m, c.out().dtype), c.out().shape)};
+}
+
+using stablehlo::Compare;
+using stablehlo::Unary;
+
+// The smallest / largest value of a dtype: the identity of max / min.
+Value lowest(Builder& b, DType t) {
+  switch (t) {
+    case DType::Bool: return b.constant_int(0, {t, {}});
+    case DType::UInt8: return b.constant_int(0, {t, {}});
+    case DType::Int8: return b.constant_int(INT8_MIN, {t, {}});
+    case DType::Int16: return b.constant_int(INT16_MIN, {t, {}});
+    case DType::Int32: return b.constant_int(INT32_MIN, {t, {}});
+    case DType::Int64: return b.constant_int(INT64_MIN, {t, {}});
+    default: return b.scalar(-INFINITY, t);
+  }
+}
+Value highest(Builder& b, DType t) {
+  switch (t) {
+    case DType::Bool: return b.constant_int(1, {t, {}});
+    case DType::UInt8: return b.constant_int(UINT8_MAX, {t, {}});
+    case DType::Int8: return b.constant_int(INT8_MAX, {t, {}});
+    case DType::Int16: return b.constant_int(INT16_MAX, {t, {}});
+    case DType::Int32: return b.constant_int(INT32_MAX, {t, {}});
+    case DType::Int64: return b.constant_int(INT64_MAX, {t, {}});
+    default: return b.scalar(INFINITY, t);
+  }
+}
+
+Value is_nan(Builder& b, const Value& x) { return b.compare(Compare::NE, x, x); }
+
+// PyTorch's meta kernels let these through; its CPU kernels raise.
+void refuse_empty(const char* op, const Value& x, const std::vector<int64_t>& dims) {
+  for (int64_t d : dims)
+    if (x.shape()[d] == 0)
+      throw std::invalid_argument(std::string(op) + "(): Expected reduction dim " + std::to_string(d) +
+                                  " to have non-zero size (input " + x.type.str() + ")");
+}
+
+// max / min of two values as PyTorch computes them: a NaN wins. Explicit,
+// because XLA CPU's reduce with a plain maximum region drops NaN.
+Value extreme(Builder& b, bool is_max, const Value& l, const Value& r) {
+  if (l.dtype() == DType::Bool) return b.binary(is_max ? Binary::Or : Binary::And, l, r);
+  Value m = b.binary(is_max ? Binary::Maximum : Binary::Minimum, l, r);
+  if (!stablehlo::is_float(l.dtype())) return m;
+  return b.select(is_nan(b, l), l, b.select(is_nan(b, r), r, m));
+}
+
+// amax / amin / max / min over `dims`, NaN-propagating.
+Value reduce_extreme(Builder& b, const Value& x, const std::vector<int64_t>& dims, bool is_max) {
+  Value init = is_max ? lowest(b, x.dtype()) : highest(b, x.dtype());
+  return b.reduce({x}, {init}, dims, [is_max](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+    return {extreme(r, is_max, a[0], a[1])};
+  })[0];
+}
+
+// The extreme value of `x` along `dim` and the first index where it occurs
+// (a NaN counts as the extreme). The combiner is symmetric, so XLA may
+// combine partial results in any order.
+std::pair<Value, Value> arg_extreme(Builder& b, Value x, int64_t dim, bool is_max) {
+  if (x.rank() == 0) x = b.reshape(x, {1});
+  Value index = b.iota({DType::Int64, x.shape()}, dim);
+  Value init = is_max ? lowest(b, x.dtype()) : highest(b, x.dtype());
+  Value no_index = b.constant_int(INT64_MAX, {DType::Int64, {}});
+  auto body = [is_max](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+    const Value &v = a[0], &i = a[1], &w = a[2], &j = a[3];
+    Value better = r.compare(is_max ? Compare::GT : Compare::LT, v, w);
+    Value equal = r.compare(Compare::EQ, v, w);
+    if (stablehlo::is_float(v.dtype())) {
+      Value v_nan = is_nan(r, v), w_nan = is_nan(r, w);
+      better = r.binary(Binary::Or, better, r.binary(Binary::And, v_nan, r.unary(Unary::Not, w_nan)));
+      equal = r.binary(Binary::Or, equal, r.binary(Binary::And, v_nan, w_nan));
+    }
+    Value first = r.binary(Binary::And, equal, r.compare(Compare::LT, i, j));
+    Value pick = r.binary(Binary::Or, better, first);
+    return {r.select(pick, v, w), r.select(pick, i, j)};
+  };
+  auto out = b.reduce({x, index}, {init, no_index}, {dim}, body);
+  return {out[0], out[1]};
+}
+
+LoweringRule amax_amin(bool is_max) {
+  return [is_max](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    return {c.b.reshape(reduce_extreme(c.b, x, reduced_dims(c, 1, x.rank()), is_max), c.out().shape)};
+  };
+}
+
+// max(self) / min(self): every dimension.
+LoweringRule max_min_all(bool is_max) {
+  return [is_max](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    if (x.type.numel() == 0)
+      throw std::invalid_argument(std::string(is_max ? "max" : "min") +
+                                  "(): Expected reduction dim to be specified for input.numel() == 0.");
+    return {c.b.reshape(reduce_extreme(c.b, x, reduced_dims(c, 99, x.rank()), is_max), c.out().shape)};
+  };
+}
+
+// max.dim / min.dim(self, dim, keepdim) -> (values, indices)
+LoweringRule max_min_dim(bool is_max) {
+  return [is_max](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    int64_t dim = normalize_dim(c.integer(1), x.rank());
+    if (x.rank() > 0) refuse_empty(is_max ? "max" : "min", x, {dim});
+    auto [v, i] = arg_extreme(c.b, x, dim, is_max);
+    return {c.b.reshape(v, c.out(0).shape), c.b.reshape(i, c.out(1).shape)};
+  };
+}
+
+// argmax / argmin(self, dim=None, keepdim): None flattens.
+LoweringRule arg_max_min(bool is_max) {
+  return [is_max](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.tensor(0);
+    if (x.dtype() == DType::Bool)
+      throw std::invalid_argument(std::string(is_max ? "argmax" : "argmin") + "(): does not support bool input");
+    int64_t dim = 0;
+    if (c.has(1))
+      dim = normalize_dim(c.integer(1), x.rank());
+    else
+      x = c.b.reshape(x, {x.type.numel()});
+    if (x.rank() > 0) refuse_empty(is_max ? "argmax" : "argmin", x, {dim});
+    return {c.b.reshape(arg_extreme(c.b, x, dim, is_max).second, c.out().shape)};
+  };
+}
+
+Value prod_over(LoweringContext& c, const std::vector<int64_t>& dims) {
+  DType acc = accumulation_type(c.out().dtype);
+  Value x = accumulated_input(c, 0);
+  Value p = c.b.reduce(x, c.b.scalar(1, acc), dims, Binary::Multiply);
+  return c.b.reshape(c.b.cast(p, c.out().dtype), c.out().shape);
+}
+
+// prod(self, *, dtype) and prod.dim_int(self, dim, keepdim, *, dtype).
+std::vector<Value> prod_all(LoweringContext& c) { return {prod_over(c, reduced_dims(c, 99, c.tensor(0).rank()))}; }
+std::vector<Value> prod_dim(LoweringContext& c) {
+  int64_t rank = c.tensor(0).rank();
+  return {prod_over(c, rank == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{normalize_dim(c.integer(1), rank)})};
+}
+
+// `r`, reduced over `dims` of `shape`, broadcast back to `shape`.
+Value expand_back(Builder& b, const Value& r, const Shape& shape, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(d);
+  return b.broadcast_in_dim(r, shape, kept);
+}
+
+// var.correction(self, dim=None, *, correction=None, keepdim): two-pass, in
+// the accumulation type. Returns (var, mean), shaped like output `k`.
+std::pair<Value, Value> var_mean_of(LoweringContext& c, size_t k) {
+  const Value& x0 = c.tensor(0);
+  if (!stablehlo::is_float(x0.dtype()))
+    throw std::invalid_argument("std and var only support floating point and complex dtypes (input " + x0.type.str() +
+                                ")");
+  DType acc = accumulation_type(c.out(k).dtype);
+  std::vector<int64_t> dims = reduced_dims(c, 1, x0.rank());
+  int64_t count = 1;
+  for (int64_t d : dims) count *= x0.shape()[d];
+  double correction = c.has(2) ? c.number(2) : 1.0;
+  Value x = accumulated_input(c, 0, k);
+  Value sum = c.b.reduce(x, c.b.scalar(0, acc), dims, Binary::Add);
+  Value mean = c.b.binary(Binary::Divide, sum, c.b.constant(static_cast<double>(count), sum.type));
+  Value d = c.b.binary(Binary::Subtract, x, expand_back(c.b, mean, x.shape(), dims));
+  Value ss = c.b.reduce(c.b.binary(Binary::Multiply, d, d), c.b.scalar(0, acc), dims, Binary::Add);
+  // PyTorch divides by max(0, N - correction): 0 gives inf, or nan for 0/0.
+  double dof = std::max(0.0, static_cast<double>(count) - correction);
+  Value var = c.b.binary(Binary::Divide, ss, c.b.constant(dof, ss.type));
+  return {var, mean};
+}
+
+Value as_out(LoweringContext& c, const Value& v, size_t k) {
+  return c.b.reshape(c.b.cast(v, c.out(k).dtype), c.out(k).shape);
+}
+
+std::vector<Value> var(LoweringContext& c) { return {as_out(c, var_mean_of(c, 0).first, 0)}; }
+std::vector<Value> stddev(LoweringContext& c) {
+  return {as_out(c, c.b.unary(Unary::Sqrt, var_mean_of(c, 0).first), 0)};
+}
+std::vector<Value> var_mean(LoweringContext& c) {
+  auto [v, m] = var_mean_of(c, 0);
+  return {as_out(c, v, 0), as_out(c, m, 1)};
+}
+std::vector<Value> std_mean(LoweringContext& c) {
+  auto [v, m] = var_mean_of(c, 0);
+  return {as_out(c, c.b.unary(Unary::Sqrt, v), 0), as_out(c, m, 1)};
+}
+
+// any / all of any dtype: an element is true when it is not zero (NaN is true).
+Value any_all_over(Builder& b, const Value& x, const std::vector<int64_t>& dims, bool is_any) {
+  Value t = x.dtype() == DType::Bool ? x : b.compare(Compare::NE, x, b.constant(0, x.type));
+  return b.reduce(t, b.constant_int(is_any ? 0 : 1, {DType::Bool, {}}), dims, is_any ? Binary::Or : Binary::And);
+}
+
+// any(self) / all(self): every dimension.
+LoweringRule any_all(bool is_any) {
+  return [is_any](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    return {c.b.reshape(any_all_over(c.b, x, reduced_dims(c, 99, x.rank()), is_any), c.out().shape)};
+  };
+}
+// any.dim / all.dim(self, int dim, keepdim)
+LoweringRule any_all_dim(bool is_any) {
+  return [is_any](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    std::vector<int64_t> dims;
+    if (x.rank() > 0) dims.push_back(normalize_dim(c.integer(1), x.rank()));
+    return {c.b.reshape(any_all_over(c.b, x, dims, is_any), c.out().shape)};
+  };
+}
+// any.dims / all.dims(self, int[]? dim=None, keepdim): None is every
+// dimension, [] is none (an elementwise test), as on CPU.
+LoweringRule any_all_dims(bool is_any) {
+  return [is_any](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    std::vector<int64_t> dims;
+    if (!c.has(1) || !c.ints(1).empty()) dims = reduced_dims(c, 1, x.rank());
+    return {c.b.reshape(any_all_over(c.b, x, dims, is_any), c.out().shape)};
+  };
+}
+
+// An explicit dim=() where PyTorch's kernels disagree on what it means: an
+// error rather than an answer that differs from CPU.
+void refuse_empty_dim_list(LoweringContext& c, const char* op, const char* cpu) {
+  if (c.has(1) && c.ints(1).empty() && c.tensor(0).rank() > 0)
+    throw std::invalid_argument(std::string("torch_tpu: ") + op + " with dim=() is " + cpu +
+                                "; pass the dimensions to reduce, or dim=None for all of them");
+}
+
+// logsumexp(self, dim, keepdim): shifted by the max, which counts as 0 when
+// it is infinite (all -inf, or an +inf) so no inf - inf appears.
+std::vector<Value> logsumexp(LoweringContext& c) {
+  refuse_empty_dim_list(c, "logsumexp", "an error on CPU");
+  DType acc = accumulation_type(c.out().dtype);
+  Value x = accumulated_input(c, 0);
+  std::vector<int64_t> dims = reduced_dims(c, 1, x.rank());
+  Value m = reduce_extreme(c.b, x, dims, true);
+  m = c.b.select(c.b.unary(Unary::IsFinite, m), m, c.b.constant(0, m.type));
+  Value e = c.b.unary(Unary::Exp, c.b.binary(Binary::Subtract, x, expand_back(c.b, m, x.shape(), dims)));
+  Value s = c.b.reduce(e, c.b.scalar(0, acc), dims, Binary::Add);
+  return {as_out(c, c.b.binary(Binary::Add, c.b.unary(Unary::Log, s), m), 0)};
+}
+
+// nansum(self, dim=None, keepdim, *, dtype): NaN counts as zero.
+std::vector<Value> nansum(LoweringContext& c) {
+  refuse_empty_dim_list(c, "nansum", "a full reduction on CPU but no reduction for PyTorch's meta kernel");
+  DType acc = accumulation_type(c.out().dtype);
+  Value x = accumulated_input(c, 0);
+  if (stablehlo::is_float(acc)) x = c.b.select(is_nan(c.b, x), c.b.constant(0, x.type), x);
+  Value s = c.b.reduce(x, c.b.scalar(0, acc), reduced_dims(c, 1, x.rank()), Binary::Add);
+  return {as_out(c, s, 0)};
+}
+
 }  // namespace
 
 LOWERING("aten::sum.dim_IntList", sum);
 LOWERING("aten::sum", sum_all);
 LOWERING("aten::mean.dim", mean);
+LOWERING("aten::mean", mean_all);
+LOWERING("aten::amax", amax_amin(true));
+LOWERING("aten::amin", amax_amin(false));
+LOWERING("aten::max", max_min_all(true));
+LOWERING("aten::min", max_min_all(false));
+LOWERING("aten::max.dim", max_min_dim(true));
+LOWERING("aten::min.dim", max_min_dim(false));
+LOWERING("aten::argmax", arg_max_min(true));
+LOWERING("aten::argmin", arg_max_min(false));
+LOWERING("aten::prod", prod_all);
+LOWERING("aten::prod.dim_int", prod_dim);
+LOWERING("aten::var.correction", var);
+LOWERING("aten::std.correction", stddev);
+LOWERING("aten::var_mean.correction", var_mean);
+LOWERING("aten::std_mean.correction", std_mean);
+LOWERING("aten::any", any_all(true));
+LOWERING("aten::all", any_all(false));
+LOWERING("aten::any.dim", any_all_dim(true));
+LOWERING("aten::all.dim", any_all_dim(false));
+LOWERING("aten::any.dims", any_all_dims(true));
+LOWERING("aten::all.dims", any_all_dims(false));
+LOWERING("aten::logsumexp", logsumexp);
+LOWERING("aten::nansum", nansum);
 
 }  // namespace torch_tpu::lowering

@@ -514,4 +514,118 @@ Value Builder::broadcast_to(const Value& x, const Shape& shape) {
   return broadcast_in_dim(x, shape, dims);
 }
 
+// ------------------------------------------------------------------ regions, several results
+
+std::string Builder::region(const std::string& op, const std::vector<TensorType>& arg_types, const RegionBody& body,
+                            const std::vector<TensorType>& yields) {
+  std::vector<Value> args;
+  std::string header;
+  for (const auto& t : arg_types) {
+    args.push_back({fresh(), t});
+    header += (header.empty() ? "" : ", ") + args.back().name + ": " + t.str();
+  }
+  // The body's ops go into their own block: build them on an empty body.
+  std::vector<std::string> outer;
+  outer.swap(body_);
+  const size_t params_before = params_.size();
+  std::vector<Value> results;
+  try {
+    results = body(*this, args);
+  } catch (...) {
+    body_.swap(outer);
+    throw;
+  }
+  std::vector<std::string> inner;
+  inner.swap(body_);
+  body_.swap(outer);
+  if (params_.size() != params_before) {
+    params_.resize(params_before);
+    throw std::logic_error("stablehlo." + op + ": a region cannot add parameters");
+  }
+  if (results.size() != yields.size())
+    refuse(op,
+           "the region must yield " + std::to_string(yields.size()) + " values, not " + std::to_string(results.size()),
+           results);
+  for (size_t i = 0; i < results.size(); ++i)
+    if (results[i].type != yields[i])
+      refuse(op, "region result " + std::to_string(i) + " must be " + yields[i].str(), results);
+  std::string names, types;
+  for (size_t i = 0; i < results.size(); ++i) {
+    names += (i ? ", " : "") + results[i].name;
+    types += (i ? ", " : "") + results[i].type.str();
+  }
+  std::string text = "{\n    ^bb0(" + header + "):\n";
+  for (const auto& line : inner) text += "      " + line + "\n";
+  return text + "      \"stablehlo.return\"(" + names + ") : (" + types + ") -> ()\n    }";
+}
+
+std::vector<Value> Builder::emit_results(const std::string& op, const std::vector<Value>& operands,
+                                         const std::string& attrs, const std::vector<TensorType>& results,
+                                         const std::string& region) {
+  if (results.size() == 1) return {emit(op, operands, attrs, results[0], region)};
+  std::string base = fresh();
+  std::vector<Value> outs;
+  std::string line = base + ":" + std::to_string(results.size()) + " = \"stablehlo." + op + "\"(", types, result_types;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    line += (i ? ", " : "") + operands[i].name;
+    types += (i ? ", " : "") + operands[i].type.str();
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    outs.push_back({base + "#" + std::to_string(i), results[i]});
+    result_types += (i ? ", " : "") + results[i].str();
+  }
+  line += ")";
+  if (!region.empty()) line += " (" + region + ")";
+  if (!attrs.empty()) line += " {" + attrs + "}";
+  line += " : (" + types + ") -> (" + result_types + ")";
+  body_.push_back(line);
+  return outs;
+}
+
+std::vector<Value> Builder::reduce(const std::vector<Value>& xs, const std::vector<Value>& inits,
+                                   const std::vector<int64_t>& dims, const RegionBody& body) {
+  std::vector<Value> all = xs;
+  all.insert(all.end(), inits.begin(), inits.end());
+  if (xs.empty() || xs.size() != inits.size()) refuse("reduce", "needs one init per operand, at least one", all);
+  std::vector<TensorType> scalars, results;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].shape() != xs[0].shape()) refuse("reduce", "operands must share a shape", all);
+    if (inits[i].rank() != 0 || inits[i].dtype() != xs[i].dtype())
+      refuse("reduce", "init " + std::to_string(i) + " must be a 0-d value of its operand's dtype", all);
+    scalars.push_back(inits[i].type);
+  }
+  std::vector<int64_t> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    refuse("reduce", "dimensions " + list(dims) + " repeat", all);
+  for (int64_t d : dims)
+    if (d < 0 || d >= xs[0].rank()) refuse("reduce", "dimension " + std::to_string(d) + " out of range", all);
+  Shape shape;
+  for (int64_t d = 0; d < xs[0].rank(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) shape.push_back(xs[0].shape()[d]);
+  for (const auto& x : xs) results.push_back({x.dtype(), shape});
+  std::vector<TensorType> block = scalars;
+  block.insert(block.end(), scalars.begin(), scalars.end());
+  std::string text = region("reduce", block, body, scalars);
+  return emit_results("reduce", all, "dimensions = " + i64_array(dims), results, text);
+}
+
+std::vector<Value> Builder::sort(const std::vector<Value>& xs, int64_t dimension, bool is_stable,
+                                 const RegionBody& comparator) {
+  if (xs.empty()) throw std::invalid_argument("stablehlo.sort: needs at least one operand");
+  std::vector<TensorType> block, results;
+  for (const auto& x : xs) {
+    if (x.shape() != xs[0].shape()) refuse("sort", "operands must share a shape", xs);
+    block.push_back({x.dtype(), {}});
+    block.push_back({x.dtype(), {}});
+    results.push_back(x.type);
+  }
+  if (dimension < 0 || dimension >= xs[0].rank())
+    refuse("sort", "dimension " + std::to_string(dimension) + " out of range", xs);
+  std::string text = region("sort", block, comparator, {{DType::Bool, {}}});
+  std::string attrs =
+      "dimension = " + std::to_string(dimension) + " : i64, is_stable = " + (is_stable ? "true" : "false");
+  return emit_results("sort", xs, attrs, results, text);
+}
+
 }  // namespace torch_tpu::stablehlo

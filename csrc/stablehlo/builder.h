@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,32 @@ class Builder {
   std::vector<Value> params_;
   std::vector<std::string> body_;
   int next_ = 0;
+
+  // ---- Ops with a region and several results: variadic reduce, sort.
+ public:
+  // Builds a region's body with this builder: it gets the block arguments
+  // (0-d values) and returns the values the region yields. A region is
+  // isolated from above: its body may use only its arguments and what it builds.
+  using RegionBody = std::function<std::vector<Value>(Builder&, const std::vector<Value>& args)>;
+
+  // Reduces N operands of one shape together over `dims`, from N 0-d inits
+  // (init k has operand k's dtype). `body` gets (acc_0..acc_{N-1},
+  // x_0..x_{N-1}) and returns N values typed like the inits; it must be
+  // associative and commutative (XLA may combine in any order).
+  std::vector<Value> reduce(const std::vector<Value>& xs, const std::vector<Value>& inits,
+                            const std::vector<int64_t>& dims, const RegionBody& body);
+  // Sorts N operands of one shape together along `dimension`. `comparator` gets
+  // (lhs_0, rhs_0, lhs_1, rhs_1, ...) and returns one 0-d i1: true when lhs
+  // goes before rhs (a strict weak order). Stable keeps equal elements in order.
+  std::vector<Value> sort(const std::vector<Value>& xs, int64_t dimension, bool is_stable,
+                          const RegionBody& comparator);
+
+ private:
+  // The text of a region with block arguments of `arg_types`, built by `body`.
+  std::string region(const std::string& op, const std::vector<TensorType>& arg_types, const RegionBody& body,
+                     const std::vector<TensorType>& yields);
+  std::vector<Value> emit_results(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,
+                                  const std::vector<TensorType>& results, const std::string& region);
 };
 
 }  // namespace torch_tpu::stablehlo
