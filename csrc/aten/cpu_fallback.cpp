@@ -50,6 +50,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { cpu_fallback(op, stack); }
+
 void set_fallback_raises(bool raises) { fallback_raises.store(raises); }
 bool fallback_raises_errors() { return fallback_raises.load(); }
 

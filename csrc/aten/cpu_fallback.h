@@ -1,6 +1,12 @@
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 namespace torch_tpu::aten {
+// Runs `op` on CPU (or raises when the fallback is off): for ops whose
+// lowering declines a particular use.
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // Whether an op without a lowering raises (true) or runs on CPU (false).
 void set_fallback_raises(bool raises);
 bool fallback_raises_errors();

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/cpu_fallback.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
 
@@ -133,7 +134,8 @@ struct Input {
 // Converts one argument: appends its part of the key, records tensor inputs.
 void describe(const c10::IValue& v, bool is_out, const std::string& op, std::string& key, std::vector<Input>& inputs,
               std::optional<c10::Device>& device) {
-  auto tensor = [&](const at::Tensor& t) {
+  // Index tensors may live on the CPU (x[cpu_index], as on CUDA): they are uploaded.
+  auto tensor = [&](const at::Tensor& t, bool host_ok = false) {
     if (!t.defined()) {
       key += "n;";
       return;
@@ -141,7 +143,7 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     if (t.device().type() == kTpu) {
       if (device && *device != t.device()) device_mismatch(op, *device, t.device());
       device = t.device();
-    } else if (t.dim() != 0 || !t.device().is_cpu()) {
+    } else if (!t.device().is_cpu() || (t.dim() != 0 && !host_ok)) {
       device_mismatch(op, device.value_or(c10::Device(kTpu, 0)), t.device());
     }
     key += "t";
@@ -173,6 +175,16 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     key += "I" + dims_key(v.toIntVector()) + ";";
   } else if (v.isString()) {
     key += "s" + v.toStringRef() + ";";
+  } else if (v.isOptionalTensorList()) {  // Tensor?[]: the indices of index / index_put
+    key += "O";
+    for (const auto& t : v.toOptionalTensorList()) {
+      const std::optional<at::Tensor>& ot = t;
+      if (ot && ot->defined())
+        tensor(*ot, true);
+      else
+        key += "n;";
+    }
+    key += ";";
   } else if (v.isDevice()) {
     key += "D;";
   } else if (v.isComplexDouble()) {
@@ -184,9 +196,12 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
 }
 
 // The same arguments on the meta device, for PyTorch's shape/dtype inference.
+// CPU 0-d tensors go too: some meta checks want every tensor on one device
+// (masked_fill's value), and a 0-d tensor promotes alike on either. Wrapped
+// Python numbers stay: they promote differently and would lose that mark.
 c10::IValue to_meta(const c10::IValue& v) {
   auto meta = [](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined() || t.device().is_cpu()) return t;
+    if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
     return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
   };
   if (v.isTensor()) return meta(v.toTensor());
@@ -195,7 +210,28 @@ c10::IValue to_meta(const c10::IValue& v) {
     for (const at::Tensor& t : v.toTensorVector()) ts.push_back(meta(t));
     return ts;
   }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> ts;
+    for (const auto& t : v.toOptionalTensorList()) {
+      const std::optional<at::Tensor>& ot = t;
+      ts.push_back(ot ? std::optional<at::Tensor>(meta(*ot)) : std::nullopt);
+    }
+    return ts;
+  }
   return v;
+}
+
+// A boolean (or uint8) mask among an op's index tensors makes the result's
+// shape depend on the data: such a call runs on the CPU fallback.
+bool has_index_mask(const std::vector<c10::IValue>& args) {
+  for (const auto& v : args) {
+    if (!v.isOptionalTensorList()) continue;
+    for (const auto& t : v.toOptionalTensorList()) {
+      const std::optional<at::Tensor>& ot = t;
+      if (ot && ot->defined() && (ot->scalar_type() == at::kBool || ot->scalar_type() == at::kByte)) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
@@ -243,14 +279,21 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, stablehlo::Builder& 
   } else if (v.isString()) {
     a.kind = LoweringArg::String;
     a.s = v.toStringRef();
+  } else if (v.isOptionalTensorList()) {  // a None entry is a Value without a name
+    a.kind = LoweringArg::TensorList;
+    for (const auto& t : v.toOptionalTensorList()) {
+      const std::optional<at::Tensor>& ot = t;
+      a.tensors.push_back(ot && ot->defined() ? tensor(*ot) : stablehlo::Value{});
+    }
   }
   return a;
 }
 
-void general_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  if (has_index_mask(args)) return run_cpu_fallback(op, stack);
 
   std::string key = plan.name + "|";
   std::vector<Input> inputs;
@@ -327,6 +370,16 @@ void general_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       write_dense(dst, results[k]);
       stack->push_back(dst);
     }
+  }
+}
+
+// A rule that declines (lowering::Declined) does so while the program is
+// built, before the stack is touched: the op then runs on the CPU fallback.
+void general_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  try {
+    lowered_kernel(op, stack);
+  } catch (const lowering::Declined&) {
+    run_cpu_fallback(op, stack);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,12 @@ struct LoweringContext {
   Value operand_as_output(size_t i, size_t k = 0) const;
   // Argument `i` (a tensor or a Scalar) as a value of `type`.
   Value value_as(size_t i, const TensorType& type) const;
+};
+
+// Thrown by a rule that cannot lower this use of its op (a shape that depends
+// on the data, a mode not written yet): the op then runs on the CPU fallback.
+struct Declined : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 using LoweringRule = std::function<std::vector<Value>(LoweringContext&)>;

@@ -628,4 +628,195 @@ std::vector<Value> Builder::sort(const std::vector<Value>& xs, int64_t dimension
   return emit_results("sort", xs, attrs, results, text);
 }
 
+// ------------------------------------------------------------------ indexing
+
+namespace {
+
+bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// Dimension lists of gather/scatter: each entry in [0, rank), no repeats; sorted where the spec asks.
+bool valid_dims(const std::vector<int64_t>& v, int64_t rank, bool sorted) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0 || v[i] >= rank) return false;
+    if (sorted && i > 0 && v[i] <= v[i - 1]) return false;
+    if (std::count(v.begin(), v.end(), v[i]) != 1) return false;
+  }
+  return true;
+}
+
+bool is_integer(DType t) { return t != DType::Bool && !is_float(t); }
+
+// A dimension-numbers field of a gather/scatter attribute; empty fields are omitted.
+void field(std::string& s, const char* name, const std::vector<int64_t>& v) {
+  if (v.empty()) return;
+  s += std::string(s.empty() ? "" : ", ") + name + " = " + list(v);
+}
+
+// The shape of the index tensor's batch dimensions (all but index_vector_dim)
+// and the length of one index vector.
+std::pair<Shape, int64_t> index_batch(const Value& indices, int64_t index_vector_dim) {
+  Shape batch;
+  for (int64_t d = 0; d < indices.rank(); ++d)
+    if (d != index_vector_dim) batch.push_back(indices.shape()[d]);
+  int64_t vector = index_vector_dim < indices.rank() ? indices.shape()[index_vector_dim] : 1;
+  return {batch, vector};
+}
+
+}  // namespace
+
+Value Builder::gather(const Value& operand, const Value& start_indices, const GatherDims& dims,
+                      const std::vector<int64_t>& slice_sizes, bool indices_are_sorted) {
+  std::vector<Value> ops{operand, start_indices};
+  const int64_t r = operand.rank();
+  if (!is_integer(start_indices.dtype())) refuse("gather", "start indices must be integers", ops);
+  if (dims.index_vector_dim < 0 || dims.index_vector_dim > start_indices.rank())
+    refuse("gather", "index_vector_dim out of range", ops);
+  if (static_cast<int64_t>(slice_sizes.size()) != r)
+    refuse("gather", "needs one slice size per operand dimension", ops);
+  for (int64_t d = 0; d < r; ++d)
+    if (slice_sizes[d] < 0 || slice_sizes[d] > operand.shape()[d])
+      refuse("gather", "slice size " + std::to_string(slice_sizes[d]) + " does not fit dimension " + std::to_string(d),
+             ops);
+  auto [batch, vector] = index_batch(start_indices, dims.index_vector_dim);
+  if (!valid_dims(dims.collapsed_slice_dims, r, true) || !valid_dims(dims.operand_batching_dims, r, true) ||
+      !valid_dims(dims.start_index_map, r, false) ||
+      !valid_dims(dims.start_indices_batching_dims, start_indices.rank(), false) ||
+      contains(dims.start_indices_batching_dims, dims.index_vector_dim))
+    refuse("gather", "bad dimension numbers", ops);
+  if (static_cast<int64_t>(dims.start_index_map.size()) != vector)
+    refuse("gather", "start_index_map must have one entry per index vector element", ops);
+  if (dims.operand_batching_dims.size() != dims.start_indices_batching_dims.size())
+    refuse("gather", "operand and start-indices batching dimensions must pair up", ops);
+  for (int64_t d : dims.collapsed_slice_dims) {
+    if (contains(dims.operand_batching_dims, d)) refuse("gather", "a dimension is both collapsed and batching", ops);
+    if (slice_sizes[d] > 1) refuse("gather", "a collapsed dimension must have slice size 0 or 1", ops);
+  }
+  for (int64_t d : dims.operand_batching_dims)
+    if (slice_sizes[d] > 1) refuse("gather", "a batching dimension must have slice size 0 or 1", ops);
+  Shape offsets;
+  for (int64_t d = 0; d < r; ++d)
+    if (!contains(dims.collapsed_slice_dims, d) && !contains(dims.operand_batching_dims, d))
+      offsets.push_back(slice_sizes[d]);
+  const int64_t result_rank = static_cast<int64_t>(offsets.size() + batch.size());
+  if (dims.offset_dims.size() != offsets.size() || !valid_dims(dims.offset_dims, result_rank, true))
+    refuse("gather", "offset_dims must list, sorted, one result dimension per uncollapsed operand dimension", ops);
+  Shape shape;
+  size_t next_offset = 0, next_batch = 0;
+  for (int64_t d = 0; d < result_rank; ++d)
+    shape.push_back(contains(dims.offset_dims, d) ? offsets[next_offset++] : batch[next_batch++]);
+  std::string numbers;
+  field(numbers, "offset_dims", dims.offset_dims);
+  field(numbers, "collapsed_slice_dims", dims.collapsed_slice_dims);
+  field(numbers, "operand_batching_dims", dims.operand_batching_dims);
+  field(numbers, "start_indices_batching_dims", dims.start_indices_batching_dims);
+  field(numbers, "start_index_map", dims.start_index_map);
+  numbers += std::string(numbers.empty() ? "" : ", ") + "index_vector_dim = " + std::to_string(dims.index_vector_dim);
+  std::string attrs = "dimension_numbers = #stablehlo.gather<" + numbers +
+                      ">, indices_are_sorted = " + (indices_are_sorted ? "true" : "false") +
+                      ", slice_sizes = " + i64_array(slice_sizes);
+  return emit("gather", ops, attrs, {operand.dtype(), shape});
+}
+
+Value Builder::scatter(const Value& operand, const Value& scatter_indices, const Value& updates,
+                       const ScatterDims& dims, ScatterCombine combine, bool indices_are_sorted, bool unique_indices) {
+  std::vector<Value> ops{operand, scatter_indices, updates};
+  const int64_t r = operand.rank();
+  if (!is_integer(scatter_indices.dtype())) refuse("scatter", "scatter indices must be integers", ops);
+  if (updates.dtype() != operand.dtype()) refuse("scatter", "updates must have the operand's dtype", ops);
+  if (dims.index_vector_dim < 0 || dims.index_vector_dim > scatter_indices.rank())
+    refuse("scatter", "index_vector_dim out of range", ops);
+  auto [batch, vector] = index_batch(scatter_indices, dims.index_vector_dim);
+  if (!valid_dims(dims.inserted_window_dims, r, true) || !valid_dims(dims.input_batching_dims, r, true) ||
+      !valid_dims(dims.scatter_dims_to_operand_dims, r, false) ||
+      !valid_dims(dims.scatter_indices_batching_dims, scatter_indices.rank(), false) ||
+      contains(dims.scatter_indices_batching_dims, dims.index_vector_dim) ||
+      !valid_dims(dims.update_window_dims, updates.rank(), true))
+    refuse("scatter", "bad dimension numbers", ops);
+  if (static_cast<int64_t>(dims.scatter_dims_to_operand_dims.size()) != vector)
+    refuse("scatter", "scatter_dims_to_operand_dims must have one entry per index vector element", ops);
+  if (dims.input_batching_dims.size() != dims.scatter_indices_batching_dims.size())
+    refuse("scatter", "input and scatter-indices batching dimensions must pair up", ops);
+  for (int64_t d : dims.inserted_window_dims)
+    if (contains(dims.input_batching_dims, d)) refuse("scatter", "a dimension is both inserted and batching", ops);
+  // Window dimensions of the operand, in order, and their bounds.
+  Shape window_bounds;
+  for (int64_t d = 0; d < r; ++d)
+    if (!contains(dims.inserted_window_dims, d) && !contains(dims.input_batching_dims, d))
+      window_bounds.push_back(operand.shape()[d]);
+  if (dims.update_window_dims.size() != window_bounds.size() ||
+      updates.rank() != static_cast<int64_t>(window_bounds.size() + batch.size()))
+    refuse("scatter", "updates must have one dimension per index batch dimension and per operand window dimension",
+           ops);
+  size_t next_window = 0, next_batch = 0;
+  for (int64_t d = 0; d < updates.rank(); ++d) {
+    int64_t size = updates.shape()[d];
+    if (contains(dims.update_window_dims, d)) {
+      if (size > window_bounds[next_window++]) refuse("scatter", "an update window is larger than the operand", ops);
+    } else if (size != batch[next_batch++]) {
+      refuse("scatter", "update dimension " + std::to_string(d) + " does not match the indices' batch shape", ops);
+    }
+  }
+  const bool logical = operand.dtype() == DType::Bool;
+  const char* op = nullptr;
+  switch (combine) {
+    case ScatterCombine::Replace: break;
+    case ScatterCombine::Add: op = logical ? "or" : "add"; break;
+    case ScatterCombine::Multiply: op = logical ? "and" : "multiply"; break;
+    case ScatterCombine::Maximum: op = logical ? "or" : "maximum"; break;
+    case ScatterCombine::Minimum: op = logical ? "and" : "minimum"; break;
+  }
+  std::string t = TensorType{operand.dtype(), {}}.str(), a = fresh(), b = fresh();
+  std::string region = "{\n    ^bb0(" + a + ": " + t + ", " + b + ": " + t + "):\n";
+  if (op) {
+    std::string c = fresh();
+    region +=
+        "      " + c + " = \"stablehlo." + op + "\"(" + a + ", " + b + ") : (" + t + ", " + t + ") -> " + t + "\n";
+    b = c;
+  }
+  region += "      \"stablehlo.return\"(" + b + ") : (" + t + ") -> ()\n    }";
+  std::string numbers;
+  field(numbers, "update_window_dims", dims.update_window_dims);
+  field(numbers, "inserted_window_dims", dims.inserted_window_dims);
+  field(numbers, "input_batching_dims", dims.input_batching_dims);
+  field(numbers, "scatter_indices_batching_dims", dims.scatter_indices_batching_dims);
+  field(numbers, "scatter_dims_to_operand_dims", dims.scatter_dims_to_operand_dims);
+  numbers += std::string(numbers.empty() ? "" : ", ") + "index_vector_dim = " + std::to_string(dims.index_vector_dim);
+  std::string attrs = "scatter_dimension_numbers = #stablehlo.scatter<" + numbers +
+                      ">, indices_are_sorted = " + (indices_are_sorted ? "true" : "false") +
+                      ", unique_indices = " + (unique_indices ? "true" : "false");
+  return emit("scatter", ops, attrs, operand.type, region);
+}
+
+Value Builder::pad(const Value& x, const Value& padding_value, const std::vector<int64_t>& low,
+                   const std::vector<int64_t>& high, const std::vector<int64_t>& interior) {
+  std::vector<Value> ops{x, padding_value};
+  const int64_t r = x.rank();
+  if (padding_value.rank() != 0 || padding_value.dtype() != x.dtype())
+    refuse("pad", "the padding value must be a 0-d value of the operand's dtype", ops);
+  if (static_cast<int64_t>(low.size()) != r || static_cast<int64_t>(high.size()) != r ||
+      static_cast<int64_t>(interior.size()) != r)
+    refuse("pad", "needs low, high and interior padding for every dimension", ops);
+  Shape shape;
+  for (int64_t d = 0; d < r; ++d) {
+    if (interior[d] < 0) refuse("pad", "interior padding must be non-negative", ops);
+    int64_t n = x.shape()[d];
+    int64_t size = low[d] + high[d] + n + (n > 0 ? (n - 1) * interior[d] : 0);
+    if (size < 0)
+      refuse("pad",
+             "padding " + std::to_string(low[d]) + ", " + std::to_string(high[d]) + " leaves dimension " +
+                 std::to_string(d) + " with a negative size",
+             ops);
+    shape.push_back(size);
+  }
+  std::string attrs = "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " + i64_array(high) +
+                      ", interior_padding = " + i64_array(interior);
+  return emit("pad", ops, attrs, {x.dtype(), shape});
+}
+
+Value Builder::reverse(const Value& x, const std::vector<int64_t>& dims) {
+  if (!valid_dims(dims, x.rank(), false)) refuse("reverse", "bad dimensions " + list(dims), {x});
+  if (dims.empty()) return x;
+  return emit("reverse", {x}, "dimensions = " + i64_array(dims), x.type);
+}
+
 }  // namespace torch_tpu::stablehlo

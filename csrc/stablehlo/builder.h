@@ -96,6 +96,29 @@ enum class Binary {
 };
 enum class Compare { EQ, NE, LT, LE, GT, GE };
 
+// The dimension numbers of stablehlo.gather (see the StableHLO spec).
+struct GatherDims {
+  std::vector<int64_t> offset_dims;
+  std::vector<int64_t> collapsed_slice_dims;
+  std::vector<int64_t> operand_batching_dims;
+  std::vector<int64_t> start_indices_batching_dims;
+  std::vector<int64_t> start_index_map;
+  int64_t index_vector_dim = 0;
+};
+
+// The dimension numbers of stablehlo.scatter (see the StableHLO spec).
+struct ScatterDims {
+  std::vector<int64_t> update_window_dims;
+  std::vector<int64_t> inserted_window_dims;
+  std::vector<int64_t> input_batching_dims;
+  std::vector<int64_t> scatter_indices_batching_dims;
+  std::vector<int64_t> scatter_dims_to_operand_dims;
+  int64_t index_vector_dim = 0;
+};
+
+// How scatter combines an update with the value already there.
+enum class ScatterCombine { Replace, Add, Multiply, Maximum, Minimum };
+
 class Builder {
  public:
   // A function argument, in order of creation.
@@ -139,6 +162,22 @@ class Builder {
   // Conveniences built from the ops above.
   Value broadcast_to(const Value& x, const Shape& shape);  // numpy-style, trailing-aligned
   Value cast(const Value& x, DType to) { return x.dtype() == to ? x : convert(x, to); }
+
+  // General gather: slices of `slice_sizes` starting at the integer
+  // `start_indices`, laid out by `dims`. Out-of-range starts are clamped (XLA).
+  Value gather(const Value& operand, const Value& start_indices, const GatherDims& dims,
+               const std::vector<int64_t>& slice_sizes, bool indices_are_sorted = false);
+  // General scatter: `operand` with `updates` combined in at `scatter_indices`,
+  // laid out by `dims`. Out-of-range updates are dropped (XLA). On booleans,
+  // Add and Maximum mean or, Multiply and Minimum mean and.
+  Value scatter(const Value& operand, const Value& scatter_indices, const Value& updates, const ScatterDims& dims,
+                ScatterCombine combine, bool indices_are_sorted = false, bool unique_indices = false);
+  // Edge padding `low`/`high` (negative crops) and `interior` padding (>= 0)
+  // with the 0-d `padding_value`.
+  Value pad(const Value& x, const Value& padding_value, const std::vector<int64_t>& low,
+            const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
+  // x with the order of elements reversed along each of `dims`.
+  Value reverse(const Value& x, const std::vector<int64_t>& dims);
 
  private:
   Value emit(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,

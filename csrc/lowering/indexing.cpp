@@ -1,0 +1,378 @@
+// Indexing: index_select, gather, scatter and its reductions, advanced
+// indexing (index, index_put), masked_fill, index_fill, embedding and its
+// backward. Each lowers to one stablehlo.gather or scatter over int64
+// coordinates.
+//
+// Out-of-range indices: PyTorch raises on CPU; XLA clamps a gather's indices
+// and drops a scatter's out-of-range updates, and an eager op cannot check the
+// data without waiting for it. So an out-of-range index gives a wrong answer
+// here instead of an IndexError (tests/python/test_indexing.py, xfail).
+// Negative indices are wrapped where PyTorch wraps them (index, index_put,
+// index_fill); where PyTorch refuses them (index_select, gather, scatter,
+// embedding) they are out of range like any other.
+#include <algorithm>
+#include <cmath>
+
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::Binary;
+using stablehlo::Compare;
+using stablehlo::GatherDims;
+using stablehlo::ScatterCombine;
+using stablehlo::ScatterDims;
+
+std::vector<int64_t> range(int64_t from, int64_t to) {
+  std::vector<int64_t> v;
+  for (int64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+// An index tensor as int64, negative entries counted from the end of a
+// dimension of `size` (x[-1]).
+Value wrap_negative(Builder& b, const Value& index, int64_t size) {
+  Value i = b.cast(index, DType::Int64);
+  Value negative = b.compare(Compare::LT, i, b.constant_int(0, i.type));
+  return b.select(negative, b.binary(Binary::Add, i, b.constant_int(size, i.type)), i);
+}
+
+// `index` with a trailing dimension of 1 appended.
+Value as_column(Builder& b, const Value& index) {
+  Shape s = index.shape();
+  s.push_back(1);
+  return b.reshape(index, s);
+}
+
+// ---------------------------------------------------------- along one dim
+
+// x.shape[:dim] + index.shape + x.shape[dim+1:]: the rows of `dim` picked by `index`.
+Value take_along(Builder& b, const Value& x, int64_t dim, const Value& index) {
+  const int64_t r = x.rank(), n = index.rank();
+  GatherDims g;
+  g.offset_dims = range(0, dim);
+  for (int64_t d = dim + n; d < r - 1 + n; ++d) g.offset_dims.push_back(d);
+  g.collapsed_slice_dims = {dim};
+  g.start_index_map = {dim};
+  g.index_vector_dim = n;
+  Shape sizes = x.shape();
+  sizes[dim] = 1;
+  return b.gather(x, b.cast(index, DType::Int64), g, sizes);
+}
+
+// index_select(self, dim, index)
+std::vector<Value> index_select(LoweringContext& c) {
+  Value x = c.tensor(0);
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  if (x.rank() == 0) x = c.b.reshape(x, {1});
+  Value index = c.b.reshape(c.tensor(2), {c.tensor(2).type.numel()});
+  return {c.b.reshape(take_along(c.b, x, normalize_dim(c.integer(1), x.rank()), index), c.out().shape)};
+}
+
+// embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): rows of weight.
+std::vector<Value> embedding(LoweringContext& c) {
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  return {take_along(c.b, c.tensor(0), 0, c.tensor(1))};
+}
+
+// The coordinates of every element of `index` in a tensor of rank `rank`,
+// with `index` giving the coordinate along `dim`: [index.shape..., rank].
+Value coordinates(Builder& b, const Value& index, int64_t dim, int64_t rank) {
+  std::vector<Value> parts;
+  TensorType type{DType::Int64, index.shape()};
+  for (int64_t d = 0; d < rank; ++d)
+    parts.push_back(as_column(b, d == dim ? b.cast(index, DType::Int64) : b.iota(type, d)));
+  return b.concatenate(parts, index.rank());
+}
+
+GatherDims pointwise_gather(int64_t rank) {
+  GatherDims g;
+  g.collapsed_slice_dims = range(0, rank);
+  g.start_index_map = range(0, rank);
+  g.index_vector_dim = rank;
+  return g;
+}
+
+ScatterDims pointwise_scatter(int64_t rank) {
+  ScatterDims s;
+  s.inserted_window_dims = range(0, rank);
+  s.scatter_dims_to_operand_dims = range(0, rank);
+  s.index_vector_dim = rank;
+  return s;
+}
+
+// self and index as tensors of rank >= 1 (a 0-d self is a 1-element vector).
+std::pair<Value, Value> at_least_1d(Builder& b, const Value& self, const Value& index) {
+  if (self.rank() > 0) return {self, index};
+  return {b.reshape(self, {1}), b.reshape(index, {index.type.numel()})};
+}
+
+// gather(self, dim, index, *, sparse_grad): out[i][j] = self[index[i][j]][j] (dim 0).
+std::vector<Value> gather(LoweringContext& c) {
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  auto [x, index] = at_least_1d(c.b, c.tensor(0), c.tensor(2));
+  int64_t dim = normalize_dim(c.integer(1), x.rank());
+  Value coords = coordinates(c.b, index, dim, x.rank());
+  Value g = c.b.gather(x, coords, pointwise_gather(x.rank()), std::vector<int64_t>(x.rank(), 1));
+  return {c.b.reshape(g, c.out().shape)};
+}
+
+// The value every reduction leaves unchanged: 0 for sums, 1 for products,
+// the lowest (highest) value of the dtype for maxima (minima).
+Value identity(Builder& b, ScatterCombine combine, const TensorType& type) {
+  switch (combine) {
+    case ScatterCombine::Add: return b.constant(0, type);
+    case ScatterCombine::Multiply: return b.constant(1, type);
+    default: break;
+  }
+  const bool highest = combine == ScatterCombine::Minimum;
+  if (stablehlo::is_float(type.dtype)) return b.constant(highest ? INFINITY : -INFINITY, type);
+  auto limit = [&](int64_t lo, int64_t hi) { return b.constant_int(highest ? hi : lo, type); };
+  switch (type.dtype) {
+    case DType::Bool: return limit(0, 1);
+    case DType::UInt8: return limit(0, 255);
+    case DType::Int8: return limit(INT8_MIN, INT8_MAX);
+    case DType::Int16: return limit(INT16_MIN, INT16_MAX);
+    case DType::Int32: return limit(INT32_MIN, INT32_MAX);
+    default: return limit(INT64_MIN, INT64_MAX);
+  }
+}
+
+// self with src (argument 3, a tensor cut to index's shape, or a Scalar)
+// combined in at the positions index gives along dim. Without include_self,
+// the positions written start from the reduction's identity.
+Value scatter_along(LoweringContext& c, ScatterCombine combine, bool include_self = true) {
+  const TensorType& out = c.out();
+  auto [x, index] = at_least_1d(c.b, c.b.cast(c.tensor(0), out.dtype), c.tensor(2));
+  if (index.type.numel() == 0) return c.tensor(0);
+  const int64_t r = x.rank();
+  int64_t dim = normalize_dim(c.integer(1), r);
+  Value updates;
+  TensorType update_type{out.dtype, index.shape()};
+  if (c.args[3].kind == LoweringArg::Tensor) {
+    Value src = c.b.cast(c.tensor(3), out.dtype);
+    if (src.rank() == 0) src = c.b.reshape(src, Shape(r, 1));
+    updates = src.shape() == index.shape()
+                  ? src
+                  : c.b.slice(src, std::vector<int64_t>(r, 0), index.shape(), std::vector<int64_t>(r, 1));
+  } else {
+    updates = c.value_as(3, update_type);
+  }
+  Value coords = coordinates(c.b, index, dim, r);
+  if (!include_self) {
+    TensorType flags{DType::Bool, x.shape()};
+    Value written = c.b.scatter(c.b.constant(0, flags), coords, c.b.constant(1, {DType::Bool, index.shape()}),
+                                pointwise_scatter(r), ScatterCombine::Replace);
+    x = c.b.select(written, c.b.broadcast_to(identity(c.b, combine, {out.dtype, {}}), x.shape()), x);
+  }
+  return c.b.reshape(c.b.scatter(x, coords, updates, pointwise_scatter(r), combine), out.shape);
+}
+
+LoweringRule scatter_with(ScatterCombine combine) {
+  return [combine](LoweringContext& c) -> std::vector<Value> { return {scatter_along(c, combine)}; };
+}
+
+// scatter.reduce / scatter.value_reduce(self, dim, index, src, *, reduce): "add" | "multiply".
+std::vector<Value> scatter_reduce_legacy(LoweringContext& c) {
+  std::string reduce = c.string(4);
+  if (reduce == "add") return {scatter_along(c, ScatterCombine::Add)};
+  if (reduce == "multiply") return {scatter_along(c, ScatterCombine::Multiply)};
+  throw std::invalid_argument("scatter: reduce argument must be either add or multiply, got " + reduce);
+}
+
+// scatter_reduce.two(self, dim, index, src, reduce, *, include_self)
+std::vector<Value> scatter_reduce(LoweringContext& c) {
+  std::string reduce = c.string(4);
+  bool include_self = !c.has(5) || c.args[5].b;
+  if (reduce == "sum") return {scatter_along(c, ScatterCombine::Add, include_self)};
+  if (reduce == "prod") return {scatter_along(c, ScatterCombine::Multiply, include_self)};
+  if (reduce == "amax") return {scatter_along(c, ScatterCombine::Maximum, include_self)};
+  if (reduce == "amin") return {scatter_along(c, ScatterCombine::Minimum, include_self)};
+  throw Declined("scatter_reduce: reduce=\"" + reduce + "\" is not lowered");  // "mean": CPU fallback
+}
+
+// index_fill(self, dim, index, value): whole slices of dim set to value.
+std::vector<Value> index_fill(LoweringContext& c) {
+  const TensorType& out = c.out();
+  Value x = c.b.cast(c.tensor(0), out.dtype);
+  if (x.rank() == 0) x = c.b.reshape(x, {1});
+  const int64_t dim = normalize_dim(c.integer(1), x.rank()), size = x.shape()[dim];
+  const Value& index = c.tensor(2);
+  if (index.type.numel() == 0 || out.numel() == 0) return {c.tensor(0)};
+  Value i = wrap_negative(c.b, c.b.reshape(index, {index.type.numel()}), size);
+  Value rows = c.b.scatter_1d(c.b.constant(0, {DType::Bool, {size}}), i, c.b.constant(1, {DType::Bool, i.shape()}));
+  Value mask = c.b.broadcast_in_dim(rows, x.shape(), {dim});
+  Value value = c.value_as(3, x.type);
+  return {c.b.reshape(c.b.select(mask, value, x), out.shape)};
+}
+
+// ---------------------------------------------------------- advanced indexing
+
+// How x[indices] (a list of int64 index tensors and Nones) maps onto gather
+// and scatter. The index tensors broadcast together to `batch`; they take
+// the place of the first indexed dimension when the indexed dimensions are
+// adjacent, and go first otherwise (PyTorch's and NumPy's rule).
+struct AdvancedIndex {
+  Value coords;                      // [batch..., indexed.size()]
+  std::vector<int64_t> indexed;      // the dimensions of x that are indexed
+  std::vector<int64_t> offset_dims;  // the result dimensions that are x's other dimensions
+  Shape result;                      // the shape of x[indices]
+};
+
+Shape broadcast_shapes(const std::vector<Shape>& shapes) {
+  Shape out;
+  for (const Shape& s : shapes) {
+    if (s.size() > out.size()) out.insert(out.begin(), s.size() - out.size(), 1);
+    for (size_t k = 0; k < s.size(); ++k) {
+      int64_t& o = out[out.size() - s.size() + k];
+      int64_t v = s[k];
+      if (o == 1)
+        o = v;
+      else if (v != 1 && v != o)
+        throw std::invalid_argument("index: shape mismatch: indexing tensors could not be broadcast together");
+    }
+  }
+  return out;
+}
+
+AdvancedIndex advanced_index(Builder& b, const Value& x, const std::vector<Value>& indices) {
+  AdvancedIndex a;
+  std::vector<Shape> shapes;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (indices[k].name.empty()) continue;
+    if (indices[k].dtype() == DType::Bool || stablehlo::is_float(indices[k].dtype()))
+      throw std::invalid_argument("index: tensors used as indices must be long, int, byte or bool tensors");
+    a.indexed.push_back(static_cast<int64_t>(k));
+    shapes.push_back(indices[k].shape());
+  }
+  if (a.indexed.size() > static_cast<size_t>(x.rank()))
+    throw std::invalid_argument("index: too many indices for a tensor of dimension " + std::to_string(x.rank()));
+  Shape batch = broadcast_shapes(shapes);
+  std::vector<Value> parts;
+  for (int64_t d : a.indexed) {
+    Value i = b.broadcast_to(b.cast(indices[d], DType::Int64), batch);
+    parts.push_back(as_column(b, wrap_negative(b, i, x.shape()[d])));
+  }
+  a.coords = b.concatenate(parts, static_cast<int64_t>(batch.size()));
+  bool adjacent = a.indexed.back() - a.indexed.front() + 1 == static_cast<int64_t>(a.indexed.size());
+  int64_t first = adjacent ? a.indexed.front() : 0;
+  const int64_t n = static_cast<int64_t>(batch.size());
+  Shape rest;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (std::find(a.indexed.begin(), a.indexed.end(), d) == a.indexed.end()) rest.push_back(x.shape()[d]);
+  const int64_t result_rank = static_cast<int64_t>(rest.size()) + n;
+  size_t next = 0;
+  for (int64_t d = 0; d < result_rank; ++d) {
+    if (d >= first && d < first + n) {
+      a.result.push_back(batch[d - first]);
+    } else {
+      a.offset_dims.push_back(d);
+      a.result.push_back(rest[next++]);
+    }
+  }
+  return a;
+}
+
+// index.Tensor(self, indices): x[i0, None, i2, ...] for int64/int32 index tensors.
+std::vector<Value> index(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const auto& indices = c.args[1].tensors;
+  bool any = std::any_of(indices.begin(), indices.end(), [](const Value& v) { return !v.name.empty(); });
+  if (!any) return {c.b.reshape(x, c.out().shape)};
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  AdvancedIndex a = advanced_index(c.b, x, indices);
+  GatherDims g;
+  g.offset_dims = a.offset_dims;
+  g.collapsed_slice_dims = a.indexed;
+  g.start_index_map = a.indexed;
+  g.index_vector_dim = a.coords.rank() - 1;
+  Shape sizes = x.shape();
+  for (int64_t d : a.indexed) sizes[d] = 1;
+  return {c.b.gather(x, a.coords, g, sizes)};
+}
+
+// index_put / _index_put_impl(self, indices, values, accumulate[, unsafe]):
+// x[indices] = values (or += with accumulate), values broadcast to x[indices]'s shape.
+std::vector<Value> index_put(LoweringContext& c) {
+  const TensorType& out = c.out();
+  Value x = c.b.cast(c.tensor(0), out.dtype);
+  const auto& indices = c.args[1].tensors;
+  Value values = c.b.cast(c.tensor(2), out.dtype);
+  const bool accumulate = c.has(3) && c.args[3].b;
+  bool any = std::any_of(indices.begin(), indices.end(), [](const Value& v) { return !v.name.empty(); });
+  if (!any) {
+    Value v = c.b.broadcast_to(values, x.shape());
+    return {accumulate ? c.b.binary(out.dtype == DType::Bool ? Binary::Or : Binary::Add, x, v) : v};
+  }
+  AdvancedIndex a = advanced_index(c.b, x, indices);
+  if (TensorType{out.dtype, a.result}.numel() == 0) return {x};
+  // PyTorch lets values carry extra leading 1s.
+  while (values.rank() > static_cast<int64_t>(a.result.size()) && values.shape()[0] == 1)
+    values = c.b.reshape(values, Shape(values.shape().begin() + 1, values.shape().end()));
+  Value updates = c.b.broadcast_to(values, a.result);
+  ScatterDims s;
+  s.update_window_dims = a.offset_dims;
+  s.inserted_window_dims = a.indexed;
+  s.scatter_dims_to_operand_dims = a.indexed;
+  s.index_vector_dim = a.coords.rank() - 1;
+  return {c.b.scatter(x, a.coords, updates, s, accumulate ? ScatterCombine::Add : ScatterCombine::Replace)};
+}
+
+// masked_fill(self, mask, value): value where mask (broadcast) is true.
+std::vector<Value> masked_fill(LoweringContext& c) {
+  Value mask = c.b.broadcast_to(c.tensor(1), c.out().shape);
+  return {c.b.select(mask, c.value_as(2, c.out()), c.operand_as_output(0))};
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx,
+// scale_grad_by_freq): the rows of grad_output summed into the rows of the
+// weight they came from; padding_idx's row gets nothing.
+std::vector<Value> embedding_dense_backward(LoweringContext& c) {
+  const TensorType& out = c.out();
+  const Value& indices = c.tensor(1);
+  const int64_t n = indices.type.numel(), width = out.shape[1], padding_idx = c.integer(3);
+  if (n == 0 || out.numel() == 0) return {c.b.constant(0, out)};
+  Value idx = c.b.reshape(c.b.cast(indices, DType::Int64), {n});
+  Value grad = c.b.reshape(c.b.cast(c.tensor(0), out.dtype), {n, width});
+  TensorType rows{out.dtype, {n, width}};
+  Value zero_rows = c.b.constant(0, rows);
+  Value keep = c.b.compare(Compare::NE, idx, c.b.constant_int(padding_idx, idx.type));
+  grad = c.b.select(c.b.broadcast_in_dim(keep, rows.shape, {0}), grad, zero_rows);
+  if (c.args[4].b) {  // scale_grad_by_freq: each row divided by how often its index occurs
+    TensorType counts{out.dtype, {out.shape[0]}};
+    Value ones = c.b.constant(1, {out.dtype, {n}});
+    Value freq =
+        c.b.scatter(c.b.constant(0, counts), as_column(c.b, idx), ones, pointwise_scatter(1), ScatterCombine::Add);
+    Value per_row = c.b.gather(freq, as_column(c.b, idx), pointwise_gather(1), {1});
+    grad = c.b.binary(Binary::Divide, grad, c.b.broadcast_in_dim(per_row, rows.shape, {0}));
+  }
+  ScatterDims s;
+  s.update_window_dims = {1};
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  return {c.b.scatter(c.b.constant(0, out), as_column(c.b, idx), grad, s, ScatterCombine::Add)};
+}
+
+}  // namespace
+
+LOWERING("aten::index_select", index_select);
+LOWERING("aten::embedding", embedding);
+LOWERING("aten::embedding_dense_backward", embedding_dense_backward);
+LOWERING("aten::gather", gather);
+LOWERING("aten::scatter.src", scatter_with(ScatterCombine::Replace));
+LOWERING("aten::scatter.value", scatter_with(ScatterCombine::Replace));
+LOWERING("aten::scatter_add", scatter_with(ScatterCombine::Add));
+LOWERING("aten::scatter.reduce", scatter_reduce_legacy);
+LOWERING("aten::scatter.value_reduce", scatter_reduce_legacy);
+LOWERING("aten::scatter_reduce.two", scatter_reduce);
+LOWERING("aten::index_fill.int_Scalar", index_fill);
+LOWERING("aten::index_fill.int_Tensor", index_fill);
+LOWERING("aten::index.Tensor", index);
+LOWERING("aten::index_put", index_put);
+LOWERING("aten::_index_put_impl", index_put);
+LOWERING("aten::masked_fill.Scalar", masked_fill);
+LOWERING("aten::masked_fill.Tensor", masked_fill);
+
+}  // namespace torch_tpu::lowering

@@ -1,0 +1,129 @@
+// Ops that move data without computing on it: cat, flip, roll, triu/tril,
+// constant padding, repeat. Shapes and dtypes come from PyTorch's meta kernel.
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::Compare;
+
+// A Scalar argument as a 0-d value of `dtype`, exact for integers.
+Value scalar_arg(LoweringContext& c, size_t i, DType dtype) {
+  if (c.args[i].kind == LoweringArg::Int) return c.b.constant_int(c.args[i].i, {dtype, {}});
+  return c.b.scalar(c.number(i), dtype);
+}
+
+// cat(tensors, dim): PyTorch skips legacy empty 1-D inputs; any input without
+// elements adds nothing, so every empty input is dropped.
+std::vector<Value> cat(LoweringContext& c) {
+  const TensorType& out = c.out();
+  std::vector<Value> parts;
+  for (const Value& t : c.args[0].tensors)
+    if (t.type.numel() > 0) parts.push_back(c.b.cast(t, out.dtype));
+  if (parts.empty() || out.numel() == 0) return {c.b.constant(0, out)};
+  return {c.b.concatenate(parts, normalize_dim(c.integer(1), out.rank()))};
+}
+
+// flip(self, dims)
+std::vector<Value> flip(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  std::vector<int64_t> dims;
+  for (int64_t d : c.ints(1)) dims.push_back(normalize_dim(d, x.rank()));
+  if (x.rank() == 0) return {x};
+  return {c.b.reverse(x, dims)};
+}
+
+// x rolled by `shift` along `dim`: the last `shift` elements come first.
+Value roll_dim(Builder& b, const Value& x, int64_t shift, int64_t dim) {
+  int64_t n = x.shape()[dim];
+  if (n == 0) return x;
+  int64_t s = ((shift % n) + n) % n;
+  if (s == 0) return x;
+  std::vector<int64_t> start(x.rank(), 0), limit = x.shape(), strides(x.rank(), 1);
+  std::vector<int64_t> mid = start;
+  mid[dim] = n - s;
+  std::vector<int64_t> head_limit = limit;
+  head_limit[dim] = n - s;
+  return b.concatenate({b.slice(x, mid, limit, strides), b.slice(x, start, head_limit, strides)}, dim);
+}
+
+// roll(self, shifts, dims): without dims, the flattened tensor is rolled.
+std::vector<Value> roll(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const auto& shifts = c.ints(1);
+  std::vector<int64_t> dims = c.has(2) ? c.ints(2) : std::vector<int64_t>{};
+  if (dims.empty()) {
+    if (shifts.size() != 1) throw std::invalid_argument("roll: without dims, shifts must have one entry");
+    Value flat = c.b.reshape(x, {x.type.numel()});
+    return {c.b.reshape(roll_dim(c.b, flat, shifts[0], 0), x.shape())};
+  }
+  if (dims.size() != shifts.size()) throw std::invalid_argument("roll: shifts and dims must have the same length");
+  Value r = x;
+  for (size_t k = 0; k < dims.size(); ++k) r = roll_dim(c.b, r, shifts[k], normalize_dim(dims[k], x.rank()));
+  return {r};
+}
+
+// triu/tril(self, diagonal): keep column - row >= diagonal (triu) or <= (tril)
+// in the last two dimensions, zero elsewhere.
+LoweringRule triangle(Compare keep) {
+  return [keep](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    const int64_t r = x.rank();
+    if (r < 2) throw std::invalid_argument("triu/tril: input tensor must have at least 2 dimensions");
+    TensorType plane{DType::Int64, {x.shape()[r - 2], x.shape()[r - 1]}};
+    Value offset = c.b.binary(stablehlo::Binary::Subtract, c.b.iota(plane, 1), c.b.iota(plane, 0));
+    Value mask = c.b.compare(keep, offset, c.b.constant_int(c.integer(1), plane));
+    mask = c.b.broadcast_in_dim(mask, x.shape(), {r - 2, r - 1});
+    return {c.b.select(mask, x, c.b.constant(0, x.type))};
+  };
+}
+
+// constant_pad_nd(self, pad, value): pad pairs (low, high) from the last
+// dimension backwards; negative pads crop.
+std::vector<Value> constant_pad_nd(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const auto& pad = c.ints(1);
+  const int64_t r = x.rank();
+  if (pad.size() % 2 != 0 || static_cast<int64_t>(pad.size()) > 2 * r)
+    throw std::invalid_argument("constant_pad_nd: pad must hold pairs, at most two per dimension");
+  std::vector<int64_t> low(r, 0), high(r, 0), interior(r, 0);
+  for (size_t k = 0; k < pad.size() / 2; ++k) {
+    low[r - 1 - k] = pad[2 * k];
+    high[r - 1 - k] = pad[2 * k + 1];
+  }
+  Value value = c.has(2) ? scalar_arg(c, 2, x.dtype()) : c.b.scalar(0, x.dtype());
+  return {c.b.pad(x, value, low, high, interior)};
+}
+
+// repeat(self, repeats): self (with leading 1s added) broadcast into
+// [r0, s0, r1, s1, ...] and merged pairwise into [r0*s0, r1*s1, ...].
+std::vector<Value> repeat(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const auto& repeats = c.ints(1);
+  const int64_t k = static_cast<int64_t>(repeats.size());
+  if (k < x.rank()) throw std::invalid_argument("repeat: fewer repeats than the tensor's dimensions");
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  Shape sizes(k - x.rank(), 1);
+  sizes.insert(sizes.end(), x.shape().begin(), x.shape().end());
+  Value padded = c.b.reshape(x, sizes);
+  Shape wide;
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < k; ++d) {
+    wide.push_back(repeats[d]);
+    wide.push_back(sizes[d]);
+    dims.push_back(2 * d + 1);
+  }
+  return {c.b.reshape(c.b.broadcast_in_dim(padded, wide, dims), c.out().shape)};
+}
+
+}  // namespace
+
+LOWERING("aten::cat", cat);
+LOWERING("aten::flip", flip);
+LOWERING("aten::roll", roll);
+LOWERING("aten::triu", triangle(Compare::GE));
+LOWERING("aten::tril", triangle(Compare::LE));
+LOWERING("aten::constant_pad_nd", constant_pad_nd);
+LOWERING("aten::repeat", repeat);
+
+}  // namespace torch_tpu::lowering
