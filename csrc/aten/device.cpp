@@ -77,6 +77,8 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return count_devices() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  // Host staging memory for non_blocking copies: plain CPU memory (PJRT copies from any host pointer).
+  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
 };
 
 const bool hooks_registered = [] {

@@ -173,6 +173,10 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     key += buf;
   } else if (v.isIntList()) {
     key += "I" + dims_key(v.toIntVector()) + ";";
+  } else if (v.isBoolList()) {
+    key += "B";
+    for (bool b : v.toBoolList()) key += b ? "1" : "0";
+    key += ";";
   } else if (v.isString()) {
     key += "s" + v.toStringRef() + ";";
   } else if (v.isOptionalTensorList()) {  // Tensor?[]: the indices of index / index_put
@@ -276,6 +280,9 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, stablehlo::Builder& 
   } else if (v.isIntList()) {
     a.kind = LoweringArg::IntList;
     a.ints = v.toIntVector();
+  } else if (v.isBoolList()) {  // e.g. output_mask: as 0/1 ints
+    a.kind = LoweringArg::IntList;
+    for (bool b : v.toBoolList()) a.ints.push_back(b ? 1 : 0);
   } else if (v.isString()) {
     a.kind = LoweringArg::String;
     a.s = v.toStringRef();

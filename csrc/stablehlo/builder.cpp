@@ -819,4 +819,72 @@ Value Builder::reverse(const Value& x, const std::vector<int64_t>& dims) {
   return emit("reverse", {x}, "dimensions = " + i64_array(dims), x.type);
 }
 
+// ------------------------------------------------------------------ convolution
+
+ConvDims ConvDims::nchw(int64_t spatial_rank) {
+  ConvDims d;
+  for (int64_t i = 0; i < spatial_rank; ++i) {
+    d.lhs_spatial.push_back(2 + i);
+    d.rhs_spatial.push_back(2 + i);
+    d.out_spatial.push_back(2 + i);
+  }
+  return d;
+}
+
+namespace {
+// "[b, f, 0, 1]": the letter or spatial index that each dimension holds.
+std::string conv_spec(int64_t rank, int64_t first, char first_name, int64_t second, char second_name,
+                      const std::vector<int64_t>& spatial) {
+  std::vector<std::string> names(rank, "?");
+  names.at(first) = std::string(1, first_name);
+  names.at(second) = std::string(1, second_name);
+  for (size_t i = 0; i < spatial.size(); ++i) names.at(spatial[i]) = std::to_string(i);
+  std::string s = "[";
+  for (int64_t i = 0; i < rank; ++i) s += (i ? ", " : "") + names[i];
+  return s + "]";
+}
+}  // namespace
+
+Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d,
+                           const std::vector<int64_t>& window_strides,
+                           const std::vector<std::pair<int64_t, int64_t>>& padding,
+                           const std::vector<int64_t>& lhs_dilation, const std::vector<int64_t>& rhs_dilation,
+                           int64_t feature_group_count, int64_t batch_group_count) {
+  size_t n = d.lhs_spatial.size();
+  if (lhs.dtype() != rhs.dtype()) refuse("convolution", "operands must share a dtype", {lhs, rhs});
+  if (lhs.rank() != static_cast<int64_t>(n) + 2 || rhs.rank() != lhs.rank() || d.rhs_spatial.size() != n ||
+      d.out_spatial.size() != n || window_strides.size() != n || padding.size() != n || lhs_dilation.size() != n ||
+      rhs_dilation.size() != n)
+    refuse("convolution", "ranks, spatial dimensions and window attributes must agree", {lhs, rhs});
+  int64_t in_features = lhs.shape()[d.lhs_feature], kernel_in = rhs.shape()[d.rhs_input_feature];
+  int64_t kernel_out = rhs.shape()[d.rhs_output_feature], batch = lhs.shape()[d.lhs_batch];
+  if (feature_group_count < 1 || batch_group_count < 1 || in_features != kernel_in * feature_group_count ||
+      kernel_out % feature_group_count != 0 || kernel_out % batch_group_count != 0 || batch % batch_group_count != 0)
+    refuse("convolution", "feature/batch group counts do not match the operands", {lhs, rhs});
+  Shape shape(lhs.rank());
+  shape[d.out_batch] = batch / batch_group_count;
+  shape[d.out_feature] = kernel_out;
+  std::string pad;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t in = lhs.shape()[d.lhs_spatial[i]], k = rhs.shape()[d.rhs_spatial[i]];
+    int64_t dilated_in = in == 0 ? 0 : (in - 1) * lhs_dilation[i] + 1;
+    int64_t dilated_k = k == 0 ? 0 : (k - 1) * rhs_dilation[i] + 1;
+    int64_t padded = dilated_in + padding[i].first + padding[i].second;
+    if (window_strides[i] < 1) refuse("convolution", "window strides must be positive", {lhs, rhs});
+    shape[d.out_spatial[i]] = padded < dilated_k ? 0 : (padded - dilated_k) / window_strides[i] + 1;
+    pad += std::string(i ? ", " : "") + "[" + std::to_string(padding[i].first) + ", " +
+           std::to_string(padding[i].second) + "]";
+  }
+  std::string spec = conv_spec(lhs.rank(), d.lhs_batch, 'b', d.lhs_feature, 'f', d.lhs_spatial) + "x" +
+                     conv_spec(rhs.rank(), d.rhs_output_feature, 'o', d.rhs_input_feature, 'i', d.rhs_spatial) + "->" +
+                     conv_spec(lhs.rank(), d.out_batch, 'b', d.out_feature, 'f', d.out_spatial);
+  std::string attrs = "batch_group_count = " + std::to_string(batch_group_count) +
+                      " : i64, dimension_numbers = #stablehlo.conv<" + spec +
+                      ">, feature_group_count = " + std::to_string(feature_group_count) +
+                      " : i64, lhs_dilation = " + i64_array(lhs_dilation) + ", padding = dense<[" + pad +
+                      "]> : tensor<" + std::to_string(n) + "x2xi64>, rhs_dilation = " + i64_array(rhs_dilation) +
+                      ", window_strides = " + i64_array(window_strides);
+  return emit("convolution", {lhs, rhs}, attrs, {lhs.dtype(), shape});
+}
+
 }  // namespace torch_tpu::stablehlo

@@ -119,6 +119,19 @@ struct ScatterDims {
 // How scatter combines an update with the value already there.
 enum class ScatterCombine { Replace, Add, Multiply, Maximum, Minimum };
 
+// The dimension numbers of stablehlo.convolution: which dimension of each
+// operand is batch / feature, and the spatial dimensions in order.
+struct ConvDims {
+  int64_t lhs_batch = 0, lhs_feature = 1;
+  std::vector<int64_t> lhs_spatial;
+  int64_t rhs_input_feature = 1, rhs_output_feature = 0;
+  std::vector<int64_t> rhs_spatial;
+  int64_t out_batch = 0, out_feature = 1;
+  std::vector<int64_t> out_spatial;
+  // PyTorch's layout: N, C, spatial... for input/output and O, I, spatial... for weights.
+  static ConvDims nchw(int64_t spatial_rank);
+};
+
 class Builder {
  public:
   // A function argument, in order of creation.
@@ -187,6 +200,15 @@ class Builder {
   std::vector<Value> params_;
   std::vector<std::string> body_;
   int next_ = 0;
+
+  // ---- Convolution.
+ public:
+  // stablehlo.convolution. padding holds (low, high) per spatial dimension;
+  // negative padding crops. The result shape is inferred.
+  Value convolution(const Value& lhs, const Value& rhs, const ConvDims& dims,
+                    const std::vector<int64_t>& window_strides, const std::vector<std::pair<int64_t, int64_t>>& padding,
+                    const std::vector<int64_t>& lhs_dilation, const std::vector<int64_t>& rhs_dilation,
+                    int64_t feature_group_count, int64_t batch_group_count);
 
   // ---- Ops with a region and several results: variadic reduce, sort.
  public:

@@ -1,0 +1,121 @@
+// Convolutions (any spatial rank, groups, dilation, transposed) and their
+// backward, as stablehlo.convolution in PyTorch's NC... / OI... layouts.
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::ConvDims;
+
+// PyTorch passes int[1] for "same for every spatial dimension".
+std::vector<int64_t> per_dim(const std::vector<int64_t>& v, size_t n) {
+  return v.size() == 1 ? std::vector<int64_t>(n, v[0]) : v;
+}
+
+struct Window {
+  size_t n;
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  int64_t groups;
+};
+
+// The weight of a transposed convolution [Cin, Cout/G, k...] as the weight of
+// the equivalent forward convolution [Cout, Cin/G, k...], spatially flipped.
+Value transposed_weight(Builder& b, const Value& w, int64_t groups) {
+  const Shape& s = w.shape();
+  int64_t cin = s[0], cout_g = s[1];
+  Shape grouped{groups, cin / groups, cout_g};
+  grouped.insert(grouped.end(), s.begin() + 2, s.end());
+  std::vector<int64_t> perm{0, 2, 1};
+  for (size_t i = 3; i < grouped.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+  Value t = b.transpose(b.reshape(w, grouped), perm);
+  Shape merged{groups * cout_g, cin / groups};
+  merged.insert(merged.end(), s.begin() + 2, s.end());
+  std::vector<int64_t> spatial;
+  for (int64_t d = 2; d < w.rank(); ++d) spatial.push_back(d);
+  return b.reverse(b.reshape(t, merged), spatial);
+}
+
+Value forward_conv(Builder& b, const Value& x, const Value& w, const Window& win, bool transposed) {
+  ConvDims dims = ConvDims::nchw(static_cast<int64_t>(win.n));
+  std::vector<std::pair<int64_t, int64_t>> pad;
+  std::vector<int64_t> ones(win.n, 1);
+  if (!transposed) {
+    for (size_t i = 0; i < win.n; ++i) pad.push_back({win.padding[i], win.padding[i]});
+    return b.convolution(x, w, dims, win.stride, pad, ones, win.dilation, win.groups, 1);
+  }
+  for (size_t i = 0; i < win.n; ++i) {
+    int64_t k = w.shape()[2 + i], edge = win.dilation[i] * (k - 1) - win.padding[i];
+    pad.push_back({edge, edge + win.output_padding[i]});
+  }
+  return b.convolution(x, transposed_weight(b, w, win.groups), dims, ones, pad, win.stride, win.dilation, win.groups,
+                       1);
+}
+
+// convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
+std::vector<Value> convolution(LoweringContext& c) {
+  DType t = c.out().dtype;
+  Value x = c.b.cast(c.tensor(0), t), w = c.b.cast(c.tensor(1), t);
+  size_t n = static_cast<size_t>(x.rank() - 2);
+  Window win{n,           per_dim(c.ints(3), n), per_dim(c.ints(4), n), per_dim(c.ints(5), n), per_dim(c.ints(7), n),
+             c.integer(8)};
+  Value y = forward_conv(c.b, x, w, win, c.args[6].b);
+  if (c.has(2))
+    y = c.b.binary(stablehlo::Binary::Add, y, c.b.broadcast_in_dim(c.b.cast(c.tensor(2), t), y.shape(), {1}));
+  return {y};
+}
+
+// convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
+//                      transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+std::vector<Value> convolution_backward(LoweringContext& c) {
+  const std::vector<int64_t>& mask = c.ints(10);
+  if (c.args[7].b || mask.size() != 3 || !mask[0] || !mask[1] || !mask[2])
+    throw Declined("convolution_backward: transposed or partial output_mask");
+  DType t = c.out(0).dtype;
+  Value go = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t), w = c.b.cast(c.tensor(2), t);
+  size_t n = static_cast<size_t>(x.rank() - 2);
+  Window win{n, per_dim(c.ints(4), n), per_dim(c.ints(5), n), per_dim(c.ints(6), n), {}, c.integer(9)};
+
+  // grad_input: the transposed convolution of grad_output with the same
+  // weight, with output_padding restoring the input's exact size.
+  win.output_padding.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t k = w.shape()[2 + i], out = go.shape()[2 + i];
+    win.output_padding[i] =
+        x.shape()[2 + i] - ((out - 1) * win.stride[i] - 2 * win.padding[i] + win.dilation[i] * (k - 1) + 1);
+  }
+  Value grad_input = forward_conv(c.b, go, w, win, true);
+
+  // grad_weight[o, c, k] = sum_{n, x} input[n, c, k*d + x*s - p] * grad_output[n, o, x]:
+  // a convolution with input's channels as batch and batch as features,
+  // grad_output as the kernel, stride and dilation swapped.
+  ConvDims d;
+  d.lhs_batch = 1;
+  d.lhs_feature = 0;
+  d.rhs_input_feature = 0;
+  d.rhs_output_feature = 1;
+  d.out_batch = 1;
+  d.out_feature = 0;
+  std::vector<std::pair<int64_t, int64_t>> pad;
+  std::vector<int64_t> ones(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    d.lhs_spatial.push_back(2 + static_cast<int64_t>(i));
+    d.rhs_spatial.push_back(2 + static_cast<int64_t>(i));
+    d.out_spatial.push_back(2 + static_cast<int64_t>(i));
+    int64_t k = w.shape()[2 + i], in = x.shape()[2 + i], out = go.shape()[2 + i];
+    int64_t high = win.dilation[i] * (k - 1) + win.stride[i] * (out - 1) + 1 - in - win.padding[i];
+    pad.push_back({win.padding[i], high});
+  }
+  Value grad_weight = c.b.convolution(x, go, d, win.dilation, pad, ones, win.stride, 1, win.groups);
+
+  std::vector<int64_t> not_channel{0};
+  for (int64_t i = 2; i < go.rank(); ++i) not_channel.push_back(i);
+  Value grad_bias = c.b.reduce(go, c.b.scalar(0, t), not_channel, stablehlo::Binary::Add);
+  return {grad_input, grad_weight, c.b.cast(grad_bias, c.out(2).dtype)};
+}
+
+}  // namespace
+
+LOWERING("aten::convolution", convolution);
+LOWERING("aten::convolution_backward", convolution_backward);
+
+}  // namespace torch_tpu::lowering
