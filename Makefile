@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake
 
-.PHONY: all demo test test-cpp test-python build system-deps lint clean bench
+.PHONY: all demo test test-cpp test-debug test-python build system-deps lint clean bench
 
 all: build
 
@@ -34,10 +34,15 @@ PLUGIN = $$($(PY) -c "import lammps_jax_pjrt_cpu as p; print(p.PLUGIN_PATH)")
 test-cpp: build
 	TORCH_TPU_PJRT_PLUGIN=$(PLUGIN) ctest --test-dir $(BUILD) --output-on-failure
 
+# A second pass in Debug mode (every op awaited) over the op tests.
+test-debug: build
+	TORCH_TPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:warnings tests/python/test_ops.py tests/python/test_views.py \
+	  tests/python/test_indexing.py tests/python/test_reductions.py tests/python/test_fallback.py
+
 test-python: build
 	$(PY) -m pytest tests/python -q
 
-test: test-cpp test-python
+test: test-cpp test-debug test-python
 
 bench: build
 	$(PY) benchmarks/dispatch.py

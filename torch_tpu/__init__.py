@@ -59,23 +59,29 @@ def get_eager_mode() -> str:
 
 
 class _EagerModeContext(contextlib.AbstractContextManager):
-    def __init__(self, previous: str):
+    def __init__(self, previous: str, previous_check_nan: bool):
         self._previous = previous
+        self._previous_check_nan = previous_check_nan
 
     def __exit__(self, *exc):
         _C.set_eager_mode(self._previous)
+        _C.set_check_nan(self._previous_check_nan)
         return False
 
 
-def set_eager_mode(mode: str) -> _EagerModeContext:
-    """Selects "strict" (async, the default) or "debug" (every op awaited).
+def set_eager_mode(mode: str, check_nan: bool | None = None) -> _EagerModeContext:
+    """Selects "strict" (async, the default) or "debug" (every op awaited, errors
+    raised at the op with its name, shapes and dtypes).
 
-    Also a context manager: `with torch_tpu.set_eager_mode("debug"): ...`
-    restores the previous mode on exit.
+    check_nan=True makes debug mode also raise when an op produces NaN or Inf
+    (default: TORCH_TPU_DEBUG_CHECK_NAN=1). Also a context manager:
+    `with torch_tpu.set_eager_mode("debug"): ...` restores the previous mode.
     """
-    previous = _C.get_eager_mode()
+    previous, previous_check_nan = _C.get_eager_mode(), _C.get_check_nan()
     _C.set_eager_mode(mode)
-    return _EagerModeContext(previous)
+    if check_nan is not None:
+        _C.set_check_nan(check_nan)
+    return _EagerModeContext(previous, previous_check_nan)
 
 
 class _FallbackContext(contextlib.AbstractContextManager):

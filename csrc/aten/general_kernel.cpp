@@ -296,6 +296,10 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, stablehlo::Builder& 
   return a;
 }
 
+std::string describe_inputs(const std::vector<Input>& inputs);
+void check_finite(const std::string& op, const std::vector<Input>& inputs, const std::vector<TensorType>& types,
+                  const std::vector<pjrt::BufferPtr>& results, int dev);
+
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
@@ -363,7 +367,15 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     buffers.push_back(in.on_host ? upload(in.tensor.contiguous(), dev) : read_dense(in.tensor));
     raw.push_back(buffers.back()->raw());
   }
-  auto results = Runtime::get().execute(*program, raw, dev, plan.name.c_str());
+  auto& runtime = Runtime::get();
+  std::vector<pjrt::BufferPtr> results;
+  try {
+    results = runtime.execute(*program, raw, dev, plan.name.c_str());
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what(), "\n  op: ", plan.name, " with inputs ", describe_inputs(inputs));
+  }
+  if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan())
+    check_finite(plan.name, inputs, program->outputs, results, dev);
 
   torch::jit::drop(*stack, n);
   for (size_t k = 0; k < results.size(); ++k) {
@@ -377,6 +389,36 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       write_dense(dst, results[k]);
       stack->push_back(dst);
     }
+  }
+}
+
+// The op's tensor inputs as "(float32[2, 3], int64[4])", for error messages.
+std::string describe_inputs(const std::vector<Input>& inputs) {
+  std::string s = "(";
+  for (size_t i = 0; i < inputs.size(); ++i)
+    s += (i ? ", " : "") + std::string(c10::getDtypeNames(inputs[i].tensor.scalar_type()).first) + "[" +
+         dims_key(inputs[i].tensor.sizes()) + "]" + (inputs[i].on_host ? " on cpu" : "");
+  return s + ")";
+}
+
+// Debug mode's NaN/Inf check: one all(is_finite) program per float output.
+void check_finite(const std::string& op, const std::vector<Input>& inputs, const std::vector<TensorType>& types,
+                  const std::vector<pjrt::BufferPtr>& results, int dev) {
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (!stablehlo::is_float(types[k].dtype) || types[k].numel() == 0) continue;
+    TensorType flat{types[k].dtype, {types[k].numel()}};
+    auto program = Runtime::get().program("finite|" + flat.str(), [&] {
+      stablehlo::Builder b;
+      auto x = b.parameter(flat);
+      auto all = b.reduce(b.unary(stablehlo::Unary::IsFinite, x), b.scalar(1, stablehlo::DType::Bool), {0},
+                          stablehlo::Binary::And);
+      return std::make_pair(b.module({all}), std::vector<TensorType>{all.type});
+    });
+    bool finite = false;
+    auto out = Runtime::get().execute(*program, {results[k]->raw()}, dev, "NaN check");
+    Runtime::get().download(*out[0], &finite, 1);
+    TORCH_CHECK(finite, "torch_tpu: ", op, " produced NaN or Inf in output ", k, " (", types[k].str(), ") from inputs ",
+                describe_inputs(inputs), ". (TORCH_TPU_DEBUG_CHECK_NAN=1 in debug mode)");
   }
 }
 

@@ -85,6 +85,8 @@ PYBIND11_MODULE(_C, m) {
     torch_tpu::aten::set_fallback_raises(mode == "error");
   });
   m.def("get_fallback", [] { return torch_tpu::aten::fallback_raises_errors() ? "error" : "cpu"; });
+  m.def("set_check_nan", [](bool on) { Runtime::get().set_check_nan(on); });
+  m.def("get_check_nan", [] { return Runtime::get().check_nan(); });
   m.def("get_eager_mode", [] { return Runtime::get().mode() == EagerMode::Debug ? "debug" : "strict"; });
   // Compiles MLIR text as-is: lets tests reach the plugin's own error messages.
   m.def("_compile", [](const std::string& mlir) {

@@ -109,6 +109,7 @@ Runtime::Runtime() {
   }
   client_ = std::make_unique<pjrt::Client>(plugin, options);
   compile_options_ = pjrt::single_device_compile_options();
+  check_nan_ = env("TORCH_TPU_DEBUG_CHECK_NAN") == "1";
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")
       mode_ = EagerMode::Debug;
@@ -184,8 +185,8 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std:
     std::lock_guard<std::mutex> lock(mutex_);
     auto& pending = pending_[device];
     if (pending.size() >= 4096)  // forget outputs already freed: they were awaited or dropped
-      std::erase_if(pending, [](const auto& w) { return w.expired(); });
-    for (const auto& o : outputs) pending.push_back(o);
+      std::erase_if(pending, [](const Pending& p) { return p.buffer.expired(); });
+    for (const auto& o : outputs) pending.push_back({o, what});
   }
   if (mode() == EagerMode::Debug) {
     for (const auto& o : outputs) {
@@ -200,13 +201,20 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std:
 }
 
 void Runtime::synchronize(int device) {
-  std::vector<std::weak_ptr<pjrt::Buffer>> pending;
+  std::vector<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     pending.swap(pending_.at(device));
   }
-  for (const auto& w : pending)
-    if (auto b = w.lock()) b->await_ready();
+  for (const auto& p : pending) {
+    auto b = p.buffer.lock();
+    if (!b) continue;
+    try {
+      b->await_ready();
+    } catch (const pjrt::Error& e) {
+      throw std::runtime_error("torch_tpu: " + p.op + " failed on the device (reported at synchronize): " + e.what());
+    }
+  }
 }
 
 pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device) {
@@ -216,7 +224,13 @@ pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector
 
 void Runtime::download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
   count("transfers_to_host");
-  buffer.to_host(dst, nbytes);
+  try {
+    buffer.to_host(dst, nbytes);
+  } catch (const pjrt::Error&) {
+    // A host read waits for the op that produced the value: name the op that failed.
+    for (size_t d = 0; d < pending_.size(); ++d) synchronize(static_cast<int>(d));
+    throw;
+  }
 }
 
 void Runtime::count(const std::string& name, int64_t n) {

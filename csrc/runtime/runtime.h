@@ -77,6 +77,9 @@ class Runtime {
 
   EagerMode mode() const { return mode_.load(); }
   void set_mode(EagerMode m) { mode_.store(m); }
+  // Debug mode also checks every float output for NaN/Inf (TORCH_TPU_DEBUG_CHECK_NAN=1).
+  bool check_nan() const { return check_nan_.load(); }
+  void set_check_nan(bool on) { check_nan_.store(on); }
 
   // Counters: compiles, cache hits, executions, transfers.
   void count(const std::string& name, int64_t n = 1);
@@ -97,8 +100,15 @@ class Runtime {
   std::unordered_map<std::string, ProgramPtr> programs_;
   std::map<std::string, int64_t> counters_;
   std::atomic<EagerMode> mode_{EagerMode::Strict};
+  std::atomic<bool> check_nan_{false};
   std::vector<std::atomic<int64_t>> allocated_, peak_;
-  std::vector<std::vector<std::weak_ptr<pjrt::Buffer>>> pending_;  // launched since the last synchronize
+  // Outputs launched since the last synchronize, with the op that made them,
+  // so that an asynchronous device error names its op.
+  struct Pending {
+    std::weak_ptr<pjrt::Buffer> buffer;
+    std::string op;
+  };
+  std::vector<std::vector<Pending>> pending_;
 };
 
 // The plugin library for PJRT_DEVICE (CPU | CUDA | TPU), or the

@@ -76,3 +76,23 @@ def test_bad_shapes_raise_pytorchs_error():
         torch.ones(3, device="tpu") + torch.ones(4, device="tpu")
     with pytest.raises(RuntimeError, match="same reduction dim|cannot be multiplied"):
         torch.mm(torch.ones(2, 3, device="tpu"), torch.ones(2, 3, device="tpu"))
+
+
+def test_debug_mode_nan_check_names_op_shapes_and_dtypes():
+    x = torch.tensor([-1.0, 2.0], device="tpu")
+    with torch_tpu.set_eager_mode("debug", check_nan=True):
+        with pytest.raises(RuntimeError, match=r"aten::log produced NaN or Inf.*float32\[2\]"):
+            torch.log(x)
+        assert torch.exp(x).cpu().tolist() == pytest.approx([0.36787944, 7.3890561])
+    assert torch_tpu.get_eager_mode() == "strict"
+    assert torch.isnan(torch.log(x)).cpu().tolist() == [True, False]  # strict mode does not check
+
+
+def test_nan_check_env_var(run_python):
+    code = (
+        "import torch\ntry:\n torch.log(torch.tensor([-1.0], device='tpu'))\n"
+        "except RuntimeError as e:\n print('ERR', str(e).splitlines()[0])\n"
+    )
+    r = run_python(code, TORCH_TPU_EAGER_MODE="debug", TORCH_TPU_DEBUG_CHECK_NAN="1")
+    assert r.returncode == 0, r.stderr
+    assert "ERR torch_tpu: aten::log produced NaN or Inf" in r.stdout
