@@ -9,6 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <charconv>
 #include <mutex>
 #include <unordered_map>
 
@@ -113,9 +114,19 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   return plans.emplace(&op.schema(), std::move(*plan)).first->second;
 }
 
+// Appends "2,3,4" without temporaries: the key is built on every op call.
+void append_dims(std::string& key, at::IntArrayRef v) {
+  char buf[24];
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) key += ',';
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v[i]);
+    key.append(buf, end);
+  }
+}
+
 std::string dims_key(at::IntArrayRef v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  append_dims(s, v);
   return s;
 }
 
@@ -152,7 +163,9 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
       key += ";";
       return;
     }
-    key += "[" + dims_key(t.sizes()) + "];";
+    key += '[';
+    append_dims(key, t.sizes());
+    key += "];";
     inputs.push_back({t, t.device().type() != kTpu});
   };
   if (v.isTensor()) {
@@ -172,7 +185,9 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     std::snprintf(buf, sizeof buf, "d%.17g;", v.toDouble());
     key += buf;
   } else if (v.isIntList()) {
-    key += "I" + dims_key(v.toIntVector()) + ";";
+    key += 'I';
+    append_dims(key, v.toIntVector());
+    key += ';';
   } else if (v.isBoolList()) {
     key += "B";
     for (bool b : v.toBoolList()) key += b ? "1" : "0";
@@ -306,7 +321,10 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   if (has_index_mask(args)) return run_cpu_fallback(op, stack);
 
-  std::string key = plan.name + "|";
+  std::string key;
+  key.reserve(128);
+  key += plan.name;
+  key += '|';
   std::vector<Input> inputs;
   std::optional<c10::Device> device;
   for (size_t i = 0; i < n; ++i) describe(args[i], plan.is_out[i], plan.name, key, inputs, device);

@@ -134,7 +134,7 @@ ProgramPtr Runtime::program(const std::string& key,
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = programs_.find(key);
     if (it != programs_.end()) {
-      ++counters_["cache_hits"];
+      cache_hits_.fetch_add(1, std::memory_order_relaxed);
       return it->second;
     }
   }
@@ -179,7 +179,7 @@ ProgramPtr Runtime::program(const std::string& key,
 
 std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
                                               const char* what) {
-  count("executions");
+  executions_.fetch_add(1, std::memory_order_relaxed);
   auto outputs = program.executable->execute(args, this->device(device));
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -212,7 +212,7 @@ void Runtime::synchronize(int device) {
     try {
       b->await_ready();
     } catch (const pjrt::Error& e) {
-      throw std::runtime_error("torch_tpu: " + p.op + " failed on the device (reported at synchronize): " + e.what());
+      throw std::runtime_error(std::string("torch_tpu: ") + p.op + " failed on the device (reported at synchronize): " + e.what());
     }
   }
 }
@@ -241,6 +241,8 @@ void Runtime::count(const std::string& name, int64_t n) {
 std::map<std::string, int64_t> Runtime::metrics() {
   std::lock_guard<std::mutex> lock(mutex_);
   auto m = counters_;
+  m["executions"] = executions_.load();
+  m["cache_hits"] = cache_hits_.load();
   m["cached_programs"] = static_cast<int64_t>(programs_.size());
   return m;
 }
@@ -248,6 +250,8 @@ std::map<std::string, int64_t> Runtime::metrics() {
 void Runtime::reset_metrics() {
   std::lock_guard<std::mutex> lock(mutex_);
   counters_.clear();
+  executions_ = 0;
+  cache_hits_ = 0;
 }
 
 void Runtime::track_allocation(int device, int64_t delta) {

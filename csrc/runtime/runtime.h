@@ -99,6 +99,7 @@ class Runtime {
   std::mutex mutex_;
   std::unordered_map<std::string, ProgramPtr> programs_;
   std::map<std::string, int64_t> counters_;
+  std::atomic<int64_t> executions_{0}, cache_hits_{0};  // the per-op counters, kept lock-free
   std::atomic<EagerMode> mode_{EagerMode::Strict};
   std::atomic<bool> check_nan_{false};
   std::vector<std::atomic<int64_t>> allocated_, peak_;
@@ -106,7 +107,7 @@ class Runtime {
   // so that an asynchronous device error names its op.
   struct Pending {
     std::weak_ptr<pjrt::Buffer> buffer;
-    std::string op;
+    const char* op;  // a plan's name or a literal: lives for the process
   };
   std::vector<std::vector<Pending>> pending_;
 };
