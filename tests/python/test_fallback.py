@@ -50,3 +50,28 @@ def test_fallback_data_dependent_and_out_ops():
     out = torch.empty(0, device="tpu")
     torch.erfinv(x / 4, out=out)
     assert_same(out, torch.erfinv(x_cpu / 4))
+
+
+def test_nonzero_and_masked_select_run_on_device_with_one_sync():
+    cases = [
+        torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]]),
+        torch.tensor([0, 0, 0]),
+        torch.arange(24).view(2, 3, 4) % 3,
+        torch.tensor([True, False, True]),
+        torch.tensor(5.0),
+    ]
+    with torch_tpu.set_fallback("error"):
+        for c in cases:
+            before = torch_tpu.metrics().get("transfers_to_host", 0)
+            assert_same(torch.nonzero(c.to("tpu")), torch.nonzero(c))
+            assert torch_tpu.metrics()["transfers_to_host"] - before <= 2  # the count, and the result read
+        x = torch.randn(3, 4)
+        m = x > 0.2
+        assert_same(torch.masked_select(x.to("tpu"), m.to("tpu")), torch.masked_select(x, m))
+        row = torch.tensor([True, False, False, True])  # broadcast mask
+        assert_same(torch.masked_select(x.to("tpu"), row.to("tpu")), torch.masked_select(x, row))
+        assert_same(
+            torch.masked_select(x.to("tpu"), torch.zeros(3, 4, dtype=torch.bool, device="tpu")),
+            torch.masked_select(x, torch.zeros(3, 4, dtype=torch.bool)),
+        )
+        assert_same(torch.argwhere(x.to("tpu") > 0), torch.argwhere(x > 0))
