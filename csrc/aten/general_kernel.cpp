@@ -375,7 +375,13 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       flat.push_back(b.reshape(b.cast(results[k], dtype), {outs[k].numel()}));
       flat_types.push_back({dtype, outs[k].shape});
     }
-    return std::make_pair(b.module(flat), flat_types);
+    std::vector<std::string> checks;
+    for (const auto& check : ctx.checks) {  // trailing bool[1] outputs
+      flat.push_back(b.reshape(check.ok, {1}));
+      flat_types.push_back({stablehlo::DType::Bool, {1}});
+      checks.push_back(check.message + " (in " + plan.name + " on tpu)");
+    }
+    return runtime::ProgramSpec(b.module(flat), flat_types, checks);
   });
 
   std::vector<pjrt::BufferPtr> buffers;
@@ -392,6 +398,18 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } catch (const std::exception& e) {
     TORCH_CHECK(false, e.what(), "\n  op: ", plan.name, " with inputs ", describe_inputs(inputs));
   }
+  const size_t num_results = results.size() - program->checks.size();
+  for (size_t j = 0; j < program->checks.size(); ++j) {
+    auto& flag = results[num_results + j];
+    if (runtime.mode() == runtime::EagerMode::Debug) {
+      bool ok = false;
+      runtime.download(*flag, &ok, 1);
+      TORCH_CHECK_INDEX(ok, program->checks[j]);
+    } else {
+      runtime.defer_check(flag, program->checks[j]);
+    }
+  }
+  results.resize(num_results);
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan())
     check_finite(plan.name, inputs, program->outputs, results, dev);
 

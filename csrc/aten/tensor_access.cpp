@@ -149,7 +149,11 @@ at::Tensor download(const at::Tensor& t) {
   at::Tensor out = at::empty(t.sizes(), t.options().device(at::kCPU));
   if (t.numel() == 0) return out;
   auto buffer = read_dense(t);
-  Runtime::get().download(*buffer, out.data_ptr(), out.nbytes());
+  try {
+    Runtime::get().download(*buffer, out.data_ptr(), out.nbytes());
+  } catch (const runtime::DeviceCheckFailed& e) {
+    TORCH_CHECK_INDEX(false, e.what(), " (reported at this host read: ops run asynchronously in Strict mode)");
+  }
   return out;
 }
 

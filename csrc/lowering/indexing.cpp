@@ -3,11 +3,11 @@
 // backward. Each lowers to one stablehlo.gather or scatter over int64
 // coordinates.
 //
-// Out-of-range indices: PyTorch raises on CPU; XLA clamps a gather's indices
-// and drops a scatter's out-of-range updates, and an eager op cannot check the
-// data without waiting for it. So an out-of-range index gives a wrong answer
-// here instead of an IndexError (tests/python/test_indexing.py, xfail).
-// Negative indices are wrapped where PyTorch wraps them (index, index_put,
+// Out-of-range indices: XLA clamps a gather's indices and drops a scatter's
+// out-of-range updates, so every rule also computes a range check on the
+// device (LoweringContext::check_indices): an IndexError at the op in Debug
+// mode, at the next sync or host read in Strict mode, as CUDA reports its
+// device-side asserts. Negative indices are wrapped where PyTorch wraps them (index, index_put,
 // index_fill); where PyTorch refuses them (index_select, gather, scatter,
 // embedding) they are out of range like any other.
 #include <algorithm>
@@ -67,12 +67,15 @@ std::vector<Value> index_select(LoweringContext& c) {
   if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
   if (x.rank() == 0) x = c.b.reshape(x, {1});
   Value index = c.b.reshape(c.tensor(2), {c.tensor(2).type.numel()});
-  return {c.b.reshape(take_along(c.b, x, normalize_dim(c.integer(1), x.rank()), index), c.out().shape)};
+  int64_t dim = normalize_dim(c.integer(1), x.rank());
+  c.check_indices(index, x.shape()[dim], false, "index out of range in self");
+  return {c.b.reshape(take_along(c.b, x, dim, index), c.out().shape)};
 }
 
 // embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): rows of weight.
 std::vector<Value> embedding(LoweringContext& c) {
   if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  c.check_indices(c.tensor(1), c.tensor(0).shape()[0], false, "index out of range in self");
   return {take_along(c.b, c.tensor(0), 0, c.tensor(1))};
 }
 
@@ -113,6 +116,9 @@ std::vector<Value> gather(LoweringContext& c) {
   if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
   auto [x, index] = at_least_1d(c.b, c.tensor(0), c.tensor(2));
   int64_t dim = normalize_dim(c.integer(1), x.rank());
+  c.check_indices(index, x.shape()[dim], false,
+                  "gather: index out of bounds for dimension " + std::to_string(dim) + " with size " +
+                      std::to_string(x.shape()[dim]));
   Value coords = coordinates(c.b, index, dim, x.rank());
   Value g = c.b.gather(x, coords, pointwise_gather(x.rank()), std::vector<int64_t>(x.rank(), 1));
   return {c.b.reshape(g, c.out().shape)};
@@ -159,6 +165,9 @@ Value scatter_along(LoweringContext& c, ScatterCombine combine, bool include_sel
   } else {
     updates = c.value_as(3, update_type);
   }
+  c.check_indices(index, x.shape()[dim], false,
+                  "scatter: index out of bounds for dimension " + std::to_string(dim) + " with size " +
+                      std::to_string(x.shape()[dim]));
   Value coords = coordinates(c.b, index, dim, r);
   if (!include_self) {
     TensorType flags{DType::Bool, x.shape()};
@@ -236,7 +245,8 @@ Shape broadcast_shapes(const std::vector<Shape>& shapes) {
   return out;
 }
 
-AdvancedIndex advanced_index(Builder& b, const Value& x, const std::vector<Value>& indices) {
+AdvancedIndex advanced_index(LoweringContext& c, const Value& x, const std::vector<Value>& indices) {
+  Builder& b = c.b;
   AdvancedIndex a;
   std::vector<Shape> shapes;
   for (size_t k = 0; k < indices.size(); ++k) {
@@ -252,6 +262,9 @@ AdvancedIndex advanced_index(Builder& b, const Value& x, const std::vector<Value
   std::vector<Value> parts;
   for (int64_t d : a.indexed) {
     Value i = b.broadcast_to(b.cast(indices[d], DType::Int64), batch);
+    c.check_indices(
+        i, x.shape()[d], true,
+        "index is out of bounds for dimension " + std::to_string(d) + " with size " + std::to_string(x.shape()[d]));
     parts.push_back(as_column(b, wrap_negative(b, i, x.shape()[d])));
   }
   a.coords = b.concatenate(parts, static_cast<int64_t>(batch.size()));
@@ -281,7 +294,7 @@ std::vector<Value> index(LoweringContext& c) {
   bool any = std::any_of(indices.begin(), indices.end(), [](const Value& v) { return !v.name.empty(); });
   if (!any) return {c.b.reshape(x, c.out().shape)};
   if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
-  AdvancedIndex a = advanced_index(c.b, x, indices);
+  AdvancedIndex a = advanced_index(c, x, indices);
   GatherDims g;
   g.offset_dims = a.offset_dims;
   g.collapsed_slice_dims = a.indexed;
@@ -305,7 +318,7 @@ std::vector<Value> index_put(LoweringContext& c) {
     Value v = c.b.broadcast_to(values, x.shape());
     return {accumulate ? c.b.binary(out.dtype == DType::Bool ? Binary::Or : Binary::Add, x, v) : v};
   }
-  AdvancedIndex a = advanced_index(c.b, x, indices);
+  AdvancedIndex a = advanced_index(c, x, indices);
   if (TensorType{out.dtype, a.result}.numel() == 0) return {x};
   // PyTorch lets values carry extra leading 1s.
   while (values.rank() > static_cast<int64_t>(a.result.size()) && values.shape()[0] == 1)

@@ -122,6 +122,18 @@ Value LoweringContext::value_as(size_t i, const TensorType& type) const {
 
 Value LoweringContext::operand_as_output(size_t i, size_t k) const { return value_as(i, out(k)); }
 
+void LoweringContext::check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message) {
+  if (index.type.numel() == 0) return;
+  Value i = b.cast(index, DType::Int64);
+  Value low = b.compare(stablehlo::Compare::GE, i, b.constant_int(allow_negative ? -size : 0, i.type));
+  Value high = b.compare(stablehlo::Compare::LT, i, b.constant_int(size, i.type));
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < i.rank(); ++d) all.push_back(d);
+  Value ok =
+      b.reduce(b.binary(stablehlo::Binary::And, low, high), b.scalar(1, DType::Bool), all, stablehlo::Binary::And);
+  checks.push_back({ok, message});
+}
+
 Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const std::vector<int64_t>& strides,
                    int64_t offset) {
   TensorType view{storage.dtype(), sizes};

@@ -56,6 +56,18 @@ struct LoweringContext {
   Value operand_as_output(size_t i, size_t k = 0) const;
   // Argument `i` (a tensor or a Scalar) as a value of `type`.
   Value value_as(size_t i, const TensorType& type) const;
+
+  // Device-side checks the op's program also computes: each a 0-d bool that
+  // must be true, raised as IndexError with its message (at the op in Debug
+  // mode, at the next sync or host read in Strict mode, like CUDA's asserts).
+  struct Check {
+    Value ok;
+    std::string message;
+  };
+  std::vector<Check> checks;
+  // Every entry of integer `index` lies in [0, size), or [-size, size) when
+  // negative indices count from the end.
+  void check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message);
 };
 
 // Thrown by a rule that cannot lower this use of its op (a shape that depends

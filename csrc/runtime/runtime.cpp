@@ -128,8 +128,7 @@ PJRT_Device* Runtime::device(int index) const {
   return client_->devices()[index];
 }
 
-ProgramPtr Runtime::program(const std::string& key,
-                            const std::function<std::pair<std::string, std::vector<TensorType>>()>& build) {
+ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = programs_.find(key);
@@ -138,9 +137,11 @@ ProgramPtr Runtime::program(const std::string& key,
       return it->second;
     }
   }
-  auto [mlir, outputs] = build();
+  ProgramSpec spec = build();
+  const std::string& mlir = spec.mlir;
   auto program = std::make_shared<Program>();
-  program->outputs = std::move(outputs);
+  program->outputs = std::move(spec.outputs);
+  program->checks = std::move(spec.checks);
   program->mlir = mlir;
   // The on-disk cache is keyed by what was compiled and by which plugin.
   std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
@@ -200,7 +201,30 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std:
   return outputs;
 }
 
+void Runtime::defer_check(pjrt::BufferPtr flag, std::string message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  deferred_checks_.emplace_back(std::move(flag), std::move(message));
+  has_deferred_checks_ = true;
+}
+
+void Runtime::verify_checks() {
+  if (!has_deferred_checks_.load()) return;
+  std::vector<std::pair<pjrt::BufferPtr, std::string>> checks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    checks.swap(deferred_checks_);
+    has_deferred_checks_ = false;
+  }
+  for (const auto& [flag, message] : checks) {
+    bool ok = true;
+    count("transfers_to_host");
+    flag->to_host(&ok, 1);
+    if (!ok) throw DeviceCheckFailed(message);
+  }
+}
+
 void Runtime::synchronize(int device) {
+  verify_checks();
   std::vector<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -212,7 +236,8 @@ void Runtime::synchronize(int device) {
     try {
       b->await_ready();
     } catch (const pjrt::Error& e) {
-      throw std::runtime_error(std::string("torch_tpu: ") + p.op + " failed on the device (reported at synchronize): " + e.what());
+      throw std::runtime_error(std::string("torch_tpu: ") + p.op +
+                               " failed on the device (reported at synchronize): " + e.what());
     }
   }
 }
@@ -223,6 +248,7 @@ pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector
 }
 
 void Runtime::download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
+  verify_checks();  // a host read is where an earlier op's failed check surfaces (Strict mode)
   count("transfers_to_host");
   try {
     buffer.to_host(dst, nbytes);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +42,26 @@ struct Program {
   std::unique_ptr<pjrt::Executable> executable;
   std::vector<TensorType> outputs;
   std::string mlir;
+  // The last checks.size() outputs are bool[1] flags that must be true; each
+  // names what it checks ("index out of range in self"), like CUDA's device asserts.
+  std::vector<std::string> checks;
+};
+
+// What building a program yields: MLIR text, output types, and check messages.
+struct ProgramSpec {
+  std::string mlir;
+  std::vector<TensorType> outputs;
+  std::vector<std::string> checks;
+  ProgramSpec(std::string m, std::vector<TensorType> o, std::vector<std::string> c = {})
+      : mlir(std::move(m)), outputs(std::move(o)), checks(std::move(c)) {}
+  ProgramSpec(std::pair<std::string, std::vector<TensorType>> p)
+      : ProgramSpec(std::move(p.first), std::move(p.second)) {}
+};
+
+// A device check that failed (an index out of range): reported at the op in
+// Debug mode, at the next synchronize or host read in Strict mode.
+struct DeviceCheckFailed : std::out_of_range {
+  using std::out_of_range::out_of_range;
 };
 using ProgramPtr = std::shared_ptr<const Program>;
 
@@ -63,14 +84,18 @@ class Runtime {
 
   // The program for `key`, compiled by `build()` (MLIR text and output types)
   // on the first request only. Thread-safe.
-  ProgramPtr program(const std::string& key,
-                     const std::function<std::pair<std::string, std::vector<TensorType>>()>& build);
+  ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build);
   // Runs `program` on `device`, not waiting for it unless the mode is Debug.
   std::vector<pjrt::BufferPtr> execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
                                        const char* what);
 
-  // Waits for everything launched on `device` so far; raises the first device error.
+  // Waits for everything launched on `device` so far; raises the first device
+  // error, or DeviceCheckFailed for a failed deferred check.
   void synchronize(int device);
+  // A check flag to verify at the next synchronize or host read (Strict mode).
+  void defer_check(pjrt::BufferPtr flag, std::string message);
+  // Verifies the deferred checks now; throws DeviceCheckFailed naming the first that failed.
+  void verify_checks();
 
   pjrt::BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device);
   void download(const pjrt::Buffer& buffer, void* dst, size_t nbytes);
@@ -110,6 +135,8 @@ class Runtime {
     const char* op;  // a plan's name or a literal: lives for the process
   };
   std::vector<std::vector<Pending>> pending_;
+  std::vector<std::pair<pjrt::BufferPtr, std::string>> deferred_checks_;
+  std::atomic<bool> has_deferred_checks_{false};
 };
 
 // The plugin library for PJRT_DEVICE (CPU | CUDA | TPU), or the

@@ -300,26 +300,40 @@ def test_embedding_and_backward():
         assert_same(w_tpu.grad, w_cpu.grad)
 
 
-# ------------------------------------------------------------------ known gap
+# ------------------------------------------------------------------ out-of-range indices
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="out-of-range indices: CPU raises IndexError, but XLA clamps gathers and drops scattered updates, "
-    "and an eager op cannot check the data without waiting for it; a device-side bounds check is not done yet",
-)
-@pytest.mark.parametrize(
-    "op",
-    [
-        lambda x, i: x.index_select(0, i),
-        lambda x, i: x.gather(0, i[:, None].expand(2, 4)),
-        lambda x, i: x[i],
-        lambda x, i: x.index_put((i,), torch.tensor(1.0, device=x.device)),
-    ],
-)
-def test_out_of_range_index_raises(op):
+OUT_OF_RANGE_OPS = [
+    lambda x, i: x.index_select(0, i),
+    lambda x, i: x.gather(0, i[:, None].expand(2, 4)),
+    lambda x, i: x[i],
+    lambda x, i: x.index_put((i,), torch.tensor(1.0, device=x.device)),
+    lambda x, i: x.scatter(0, i[:, None].expand(2, 4), 1.0),
+    lambda x, i: torch.nn.functional.embedding(i, x),
+]
+
+
+@pytest.mark.parametrize("op", OUT_OF_RANGE_OPS)
+def test_out_of_range_index_raises_at_the_next_host_read(op):
+    # XLA clamps gathers and drops scattered updates; the device-side range
+    # check surfaces as IndexError at the next host read (Strict), as CUDA does.
     x, i = rand(3, 4), torch.tensor([0, 3])
     with pytest.raises((IndexError, RuntimeError)):
         op(x, i)  # CPU raises
-    with pytest.raises((IndexError, RuntimeError)):
+    with pytest.raises(IndexError, match="out of (range|bounds)"):
         op(tpu(x), tpu(i)).cpu()
+    assert (tpu(x) + 1).cpu().shape == (3, 4)  # the process stays usable
+
+
+@pytest.mark.parametrize("op", OUT_OF_RANGE_OPS)
+def test_out_of_range_index_raises_at_the_op_in_debug_mode(op):
+    x, i = rand(3, 4), torch.tensor([0, 3])
+    with torch_tpu.set_eager_mode("debug"), pytest.raises(IndexError, match="out of (range|bounds)"):
+        op(tpu(x), tpu(i))
+
+
+def test_negative_indices_in_range_do_not_raise():
+    x = rand(3, 4)
+    i = torch.tensor([-1, -3])
+    assert_same(tpu(x)[tpu(i)], x[i])
+    torch.tpu.synchronize()
