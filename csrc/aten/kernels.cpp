@@ -95,6 +95,53 @@ at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
   return copy_from(src, dst, false);
 }
 
+// set_: self takes another storage (and a view of it). Only metadata changes:
+// the storages are shared, so every alias sees later writes.
+at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, at::IntArrayRef size,
+                        at::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kTpu, "set_: expected a tpu storage, got one on ", source.device());
+  std::vector<int64_t> strides(stride.begin(), stride.end());
+  if (strides.empty()) {
+    auto contiguous = c10::contiguous_strides(size);
+    strides.assign(contiguous.begin(), contiguous.end());
+  }
+  int64_t extent = 1;  // elements the view reaches, past its offset
+  bool empty = false;
+  for (size_t d = 0; d < size.size(); ++d) {
+    empty |= size[d] == 0;
+    extent += (size[d] - 1) * strides[d];
+  }
+  TORCH_CHECK(empty || static_cast<size_t>(offset + extent) * self.element_size() <= source.nbytes(),
+              "set_: a view of sizes ", size, " strides ", at::IntArrayRef(strides), " at offset ", offset,
+              " needs more than the storage's ", source.nbytes(), " bytes");
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, strides, offset);
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, c10::SymInt offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return set_storage(self, std::move(source), offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size),
+                     C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.element_size());
+  return set_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "set_: expected a source of dtype ", self.scalar_type(),
+              ", got ", source.scalar_type());
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  at::Storage empty(at::Storage::use_byte_size_t(), 0, c10::GetAllocator(kTpu), true);
+  return set_storage(self, std::move(empty), 0, {0}, {1});
+}
+
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   at::Tensor host = download(self);
   return host.item();
@@ -115,6 +162,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("as_strided", as_strided);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
   m.impl("view", at::native::view);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);

@@ -71,3 +71,17 @@ def test_inplace_broadcast_error_is_pytorchs():
         assert "doesn't match the broadcast shape" in str(e)
     else:
         raise AssertionError("expected an error")
+
+
+def test_set_shares_storage_with_the_source():
+    src = torch.arange(6.0, device="tpu")
+    x = torch.empty(0, device="tpu")
+    x.set_(src)
+    x.add_(1)
+    assert src.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    y = torch.empty(0, device="tpu").set_(src.untyped_storage(), 2, (2, 2), (1, 2))
+    assert y.cpu().tolist() == [[3.0, 5.0], [4.0, 6.0]]
+    y.mul_(10)
+    assert src.cpu().tolist() == [1.0, 2.0, 30.0, 40.0, 50.0, 60.0]
+    z = torch.empty(3, device="tpu").set_()
+    assert z.shape == (0,)
