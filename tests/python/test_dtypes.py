@@ -1,0 +1,65 @@
+"""Every supported dtype through representative ops, against CPU PyTorch."""
+
+import pytest
+import torch
+from conftest import assert_same
+
+import torch_tpu
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+
+
+def sample(dtype, shape=(4, 5)):
+    g = torch.Generator().manual_seed(0)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 3).to(dtype)
+    return torch.randint(0, 100 if dtype == torch.uint8 else 50, shape, generator=g).to(dtype)
+
+
+def tol(dtype):
+    return {"atol": 1e-2, "rtol": 1e-2} if dtype in (torch.bfloat16, torch.float16) else {}
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_roundtrip_and_elementwise(dtype):
+    a, b = sample(dtype), sample(dtype).flip(0)
+    with torch_tpu.set_fallback("error"):
+        assert torch.equal(a.to("tpu").cpu(), a)
+        if dtype != torch.bool:
+            assert_same(a.to("tpu") + b.to("tpu"), a + b, **tol(dtype))
+            assert_same(a.to("tpu") * 2, a * 2, **tol(dtype))
+            assert_same(torch.maximum(a.to("tpu"), b.to("tpu")), torch.maximum(a, b))
+        assert_same(a.to("tpu") == b.to("tpu"), a == b)
+        assert_same(torch.where(a.to("tpu") > b.to("tpu"), a.to("tpu"), b.to("tpu")), torch.where(a > b, a, b))
+        assert_same(a.to("tpu").sum(0), a.sum(0), **tol(dtype))
+        assert_same(a.to("tpu").t().contiguous(), a.t().contiguous())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_float_math(dtype):
+    a = sample(dtype)
+    with torch_tpu.set_fallback("error"):
+        assert_same(torch.exp(a.to("tpu") / 4), torch.exp(a / 4), **tol(dtype))
+        assert_same(torch.relu(a.to("tpu")), torch.relu(a))
+        assert_same(torch.softmax(a.to("tpu"), -1), torch.softmax(a, -1), **tol(dtype))
+        assert_same(a.to("tpu") @ a.to("tpu").t(), a @ a.t(), **({"atol": 0.5, "rtol": 2e-2} if tol(dtype) else {}))
+        assert_same(a.to("tpu").mean(1), a.mean(1), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_int_division_and_conversion(dtype):
+    a, b = sample(dtype), sample(dtype).clamp(min=1)
+    with torch_tpu.set_fallback("error"):
+        assert_same(torch.div(a.to("tpu"), b.to("tpu"), rounding_mode="floor"), torch.div(a, b, rounding_mode="floor"))
+        assert_same(a.to("tpu") / b.to("tpu"), a / b)
+        assert_same(a.to("tpu").float(), a.float())
+        assert_same(a.to("tpu").to(torch.bool), a.to(torch.bool))
+
+
+def test_bool_scalar_reads():
+    assert bool(torch.tensor([1.0], device="tpu")) is True
+    assert torch.tensor(3, device="tpu").item() == 3
+    assert torch.tensor([[1, 2]], dtype=torch.int16, device="tpu").tolist() == [[1, 2]]
