@@ -887,4 +887,58 @@ Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d
   return emit("convolution", {lhs, rhs}, attrs, {lhs.dtype(), shape});
 }
 
+// ------------------------------------------------------------------ windowed reductions
+
+std::vector<Value> Builder::reduce_window(const std::vector<Value>& xs, const std::vector<Value>& inits,
+                                          const std::vector<int64_t>& window_dimensions,
+                                          const std::vector<int64_t>& window_strides,
+                                          const std::vector<int64_t>& base_dilations,
+                                          const std::vector<int64_t>& window_dilations,
+                                          const std::vector<std::pair<int64_t, int64_t>>& padding,
+                                          const RegionBody& body) {
+  std::vector<Value> all = xs;
+  all.insert(all.end(), inits.begin(), inits.end());
+  if (xs.empty() || xs.size() != inits.size()) refuse("reduce_window", "needs one init per operand, at least one", all);
+  std::vector<TensorType> scalars;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].shape() != xs[0].shape()) refuse("reduce_window", "operands must share a shape", all);
+    if (inits[i].rank() != 0 || inits[i].dtype() != xs[i].dtype())
+      refuse("reduce_window", "init " + std::to_string(i) + " must be a 0-d value of its operand's dtype", all);
+    scalars.push_back(inits[i].type);
+  }
+  const size_t r = static_cast<size_t>(xs[0].rank());
+  auto ones_if_empty = [r](const std::vector<int64_t>& v) { return v.empty() ? std::vector<int64_t>(r, 1) : v; };
+  std::vector<int64_t> strides = ones_if_empty(window_strides), base = ones_if_empty(base_dilations),
+                       dil = ones_if_empty(window_dilations);
+  if (window_dimensions.size() != r || strides.size() != r || base.size() != r || dil.size() != r ||
+      padding.size() != r)
+    refuse("reduce_window", "needs a window size, stride, dilations and padding for every dimension", all);
+  Shape shape;
+  std::vector<int64_t> pad_flat;
+  for (size_t d = 0; d < r; ++d) {
+    if (window_dimensions[d] < 1 || strides[d] < 1 || base[d] < 1 || dil[d] < 1)
+      refuse("reduce_window", "window sizes, strides and dilations must be positive", all);
+    int64_t n = xs[0].shape()[d];
+    int64_t padded = (n == 0 ? 0 : (n - 1) * base[d] + 1) + padding[d].first + padding[d].second;
+    int64_t window = (window_dimensions[d] - 1) * dil[d] + 1;
+    if (padded < 0) refuse("reduce_window", "padding leaves dimension " + std::to_string(d) + " negative", all);
+    shape.push_back(padded < window ? 0 : (padded - window) / strides[d] + 1);
+    pad_flat.push_back(padding[d].first);
+    pad_flat.push_back(padding[d].second);
+  }
+  std::vector<TensorType> results, block = scalars;
+  for (const auto& x : xs) results.push_back({x.dtype(), shape});
+  block.insert(block.end(), scalars.begin(), scalars.end());
+  std::string text = region("reduce_window", block, body, scalars);
+  std::string pads;
+  for (size_t d = 0; d < r; ++d)
+    pads += std::string(d ? ", " : "") + "[" + std::to_string(pad_flat[2 * d]) + ", " +
+            std::to_string(pad_flat[2 * d + 1]) + "]";
+  std::string attrs =
+      "base_dilations = " + i64_array(base) + ", padding = dense<" + (r == 0 ? std::string("") : "[" + pads + "]") +
+      "> : tensor<" + std::to_string(r) + "x2xi64>, window_dilations = " + i64_array(dil) +
+      ", window_dimensions = " + i64_array(window_dimensions) + ", window_strides = " + i64_array(strides);
+  return emit_results("reduce_window", all, attrs, results, text);
+}
+
 }  // namespace torch_tpu::stablehlo

@@ -235,6 +235,20 @@ class Builder {
                      const std::vector<TensorType>& yields);
   std::vector<Value> emit_results(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,
                                   const std::vector<TensorType>& results, const std::string& region);
+
+  // ---- Windowed reductions.
+ public:
+  // stablehlo.reduce_window: N operands of one shape reduced over sliding
+  // windows, from N 0-d inits, with a body as for the variadic reduce
+  // (associative and commutative). Per dimension: window size, stride, base
+  // and window dilation (empty = all 1) and (low, high) padding, which holds
+  // the inits. The result shape is inferred.
+  std::vector<Value> reduce_window(const std::vector<Value>& xs, const std::vector<Value>& inits,
+                                   const std::vector<int64_t>& window_dimensions,
+                                   const std::vector<int64_t>& window_strides,
+                                   const std::vector<int64_t>& base_dilations,
+                                   const std::vector<int64_t>& window_dilations,
+                                   const std::vector<std::pair<int64_t, int64_t>>& padding, const RegionBody& body);
 };
 
 }  // namespace torch_tpu::stablehlo

@@ -1,0 +1,326 @@
+// Pooling over the trailing spatial dimensions (max with indices, average,
+// adaptive average) and their backward, as stablehlo.reduce_window. Leading
+// dimensions (batch, channels, or channels alone) are carried through.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::Binary;
+using stablehlo::Compare;
+using Pads = std::vector<std::pair<int64_t, int64_t>>;
+
+DType accumulation_type(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
+
+// PyTorch passes int[1] for "same for every spatial dimension"; stride [] means the kernel.
+std::vector<int64_t> per_dim(const std::vector<int64_t>& v, size_t n, const std::vector<int64_t>& empty_means) {
+  if (v.empty()) return empty_means;
+  return v.size() == 1 ? std::vector<int64_t>(n, v[0]) : v;
+}
+
+// One pooling window over the last n dimensions of a value of rank `rank`.
+struct Window {
+  size_t n = 0, lead = 0;
+  std::vector<int64_t> kernel, stride, padding, dilation;
+
+  // Whole-rank attributes: the leading dimensions get a window of 1.
+  std::vector<int64_t> full(const std::vector<int64_t>& spatial, int64_t lead_value) const {
+    std::vector<int64_t> v(lead, lead_value);
+    v.insert(v.end(), spatial.begin(), spatial.end());
+    return v;
+  }
+  // (low, high) padding giving at least `out` windows over an input of `in`.
+  Pads pads(const Shape& in, const Shape& out) const {
+    Pads p(lead, {0, 0});
+    for (size_t i = 0; i < n; ++i) {
+      int64_t needed = (out[lead + i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1 - in[lead + i] - padding[i];
+      p.push_back({padding[i], std::max<int64_t>(0, needed)});
+    }
+    return p;
+  }
+};
+
+Window window(LoweringContext& c, const Value& x, size_t kernel_arg, size_t n, bool has_dilation) {
+  Window w;
+  w.n = n;
+  if (x.rank() != static_cast<int64_t>(n) + 1 && x.rank() != static_cast<int64_t>(n) + 2)
+    throw Declined("pooling: input of rank " + std::to_string(x.rank()));
+  w.lead = static_cast<size_t>(x.rank()) - n;
+  w.kernel = per_dim(c.ints(kernel_arg), n, {});
+  w.stride = per_dim(c.ints(kernel_arg + 1), n, w.kernel);
+  w.padding = per_dim(c.ints(kernel_arg + 2), n, std::vector<int64_t>(n, 0));
+  w.dilation =
+      has_dilation ? per_dim(c.ints(kernel_arg + 3), n, std::vector<int64_t>(n, 1)) : std::vector<int64_t>(n, 1);
+  if (w.kernel.size() != n || w.stride.size() != n || w.padding.size() != n || w.dilation.size() != n)
+    throw Declined("pooling: window attributes of the wrong length");
+  return w;
+}
+
+// The first `out` windows of a reduce_window result that may have more.
+Value first_windows(Builder& b, const Value& v, const Shape& out) {
+  if (v.shape() == out) return v;
+  return b.slice(v, std::vector<int64_t>(out.size(), 0), out, std::vector<int64_t>(out.size(), 1));
+}
+
+std::vector<Value> add_body(Builder& r, const std::vector<Value>& a) { return {r.binary(Binary::Add, a[0], a[1])}; }
+
+// The smallest value of a dtype: what max pooling's padding holds.
+Value lowest(Builder& b, DType t) {
+  switch (t) {
+    case DType::Bool:
+    case DType::UInt8: return b.constant_int(0, {t, {}});
+    case DType::Int8: return b.constant_int(INT8_MIN, {t, {}});
+    case DType::Int16: return b.constant_int(INT16_MIN, {t, {}});
+    case DType::Int32: return b.constant_int(INT32_MIN, {t, {}});
+    case DType::Int64: return b.constant_int(INT64_MIN, {t, {}});
+    default: return b.scalar(-INFINITY, t);
+  }
+}
+
+// The flat index of each element within its spatial plane (or volume).
+Value plane_index(Builder& b, const Shape& shape, size_t lead) {
+  TensorType t{DType::Int64, shape};
+  Value index = b.constant_int(0, t);
+  int64_t step = 1;
+  for (size_t d = shape.size(); d-- > lead;) {
+    Value term = b.binary(Binary::Multiply, b.iota(t, static_cast<int64_t>(d)), b.constant_int(step, t));
+    index = b.binary(Binary::Add, index, term);
+    step *= shape[d];
+  }
+  return index;
+}
+
+// (value, index) max as PyTorch's CPU kernel scans a window: a strictly larger
+// value replaces, so the first of equal values wins, and every NaN replaces,
+// so the last NaN wins. As a total order it is associative and commutative.
+std::vector<Value> max_with_index(Builder& r, const std::vector<Value>& a) {
+  const Value &v = a[0], &i = a[1], &w = a[2], &j = a[3];
+  Value pick = r.binary(Binary::Or, r.compare(Compare::GT, v, w),
+                        r.binary(Binary::And, r.compare(Compare::EQ, v, w), r.compare(Compare::LT, i, j)));
+  if (stablehlo::is_float(v.dtype())) {
+    Value v_nan = r.compare(Compare::NE, v, v), w_nan = r.compare(Compare::NE, w, w);
+    Value nan_wins = r.binary(
+        Binary::And, v_nan, r.binary(Binary::Or, r.unary(stablehlo::Unary::Not, w_nan), r.compare(Compare::GT, i, j)));
+    pick = r.binary(Binary::Or, pick, nan_wins);
+  }
+  return {r.select(pick, v, w), r.select(pick, i, j)};
+}
+
+// Every window must hold at least one element of the input, or PyTorch's
+// index would point at padding.
+void require_inside(const Window& w, const Shape& in, const Shape& out) {
+  for (size_t i = 0; i < w.n; ++i)
+    for (int64_t o = 0; o < out[w.lead + i]; ++o) {
+      bool any = false;
+      for (int64_t k = 0; k < w.kernel[i] && !any; ++k) {
+        int64_t at = o * w.stride[i] - w.padding[i] + k * w.dilation[i];
+        any = at >= 0 && at < in[w.lead + i];
+      }
+      if (!any) throw Declined("max_pool: a window lies entirely in the padding");
+    }
+}
+
+// max_pool{2,3}d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (values, indices)
+LoweringRule max_pool_with_indices(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    Window w = window(c, x, 1, n, true);
+    const Shape& out = c.out(0).shape;
+    if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), c.b.constant_int(0, c.out(1))};
+    require_inside(w, x.shape(), out);
+    Value index = plane_index(c.b, x.shape(), w.lead);
+    auto r = c.b.reduce_window({x, index}, {lowest(c.b, x.dtype()), c.b.constant_int(INT64_MAX, {DType::Int64, {}})},
+                               w.full(w.kernel, 1), w.full(w.stride, 1), {}, w.full(w.dilation, 1),
+                               w.pads(x.shape(), out), max_with_index);
+    return {c.b.cast(first_windows(c.b, r[0], out), c.out(0).dtype), first_windows(c.b, r[1], out)};
+  };
+}
+
+// max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+// ceil_mode, indices): each gradient added into its plane at the index the forward chose.
+LoweringRule max_pool_backward(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const TensorType& in = c.out();
+    const Value &grad = c.tensor(0), &indices = c.tensor(7);
+    if (in.numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, in)};
+    if (in.rank() != static_cast<int64_t>(n) + 1 && in.rank() != static_cast<int64_t>(n) + 2)
+      throw Declined("max_pool backward: input of rank " + std::to_string(in.rank()));
+    const size_t lead = static_cast<size_t>(in.rank()) - n;
+    int64_t planes = 1, plane = 1;
+    for (size_t d = 0; d < lead; ++d) planes *= in.shape[d];
+    for (size_t d = lead; d < in.shape.size(); ++d) plane *= in.shape[d];
+    const int64_t per_plane = grad.type.numel() / planes, total = grad.type.numel();
+    TensorType grid{DType::Int64, {planes, per_plane}};
+    Value offset = c.b.binary(Binary::Multiply, c.b.iota(grid, 0), c.b.constant_int(plane, grid));
+    Value flat = c.b.binary(Binary::Add, c.b.reshape(c.b.cast(indices, DType::Int64), grid.shape), offset);
+    stablehlo::ScatterDims s;
+    s.inserted_window_dims = {0};
+    s.scatter_dims_to_operand_dims = {0};
+    s.index_vector_dim = 1;
+    Value updates = c.b.reshape(c.b.cast(grad, in.dtype), {total});
+    Value result = c.b.scatter(c.b.constant(0, {in.dtype, {planes * plane}}), c.b.reshape(flat, {total, 1}), updates, s,
+                               stablehlo::ScatterCombine::Add);
+    return {c.b.reshape(result, in.shape)};
+  };
+}
+
+// The divisor of each average-pooling window, broadcast to the output shape:
+// how many input elements it covers, or with count_include_pad how many
+// input and padding elements (not the extra windows of ceil_mode).
+Value avg_divisor(Builder& b, const Window& w, const Shape& in, const Shape& out, bool count_include_pad, DType t) {
+  Shape spatial_in(in.begin() + w.lead, in.end()), spatial_out(out.begin() + w.lead, out.end());
+  Value ones = b.constant(1, {t, spatial_in});
+  Pads pads;
+  if (count_include_pad) {
+    ones = b.pad(ones, b.scalar(1, t), w.padding, w.padding, std::vector<int64_t>(w.n, 0));
+    for (size_t i = 0; i < w.n; ++i)
+      pads.push_back({0, std::max<int64_t>(0, (spatial_out[i] - 1) * w.stride[i] + w.kernel[i] - ones.shape()[i])});
+  } else {
+    for (size_t i = 0; i < w.n; ++i)
+      pads.push_back({w.padding[i], std::max<int64_t>(0, (spatial_out[i] - 1) * w.stride[i] + w.kernel[i] -
+                                                             spatial_in[i] - w.padding[i])});
+  }
+  Value count = b.reduce_window({ones}, {b.scalar(0, t)}, w.kernel, w.stride, {}, {}, pads, add_body)[0];
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < w.n; ++i) dims.push_back(static_cast<int64_t>(w.lead + i));
+  return b.broadcast_in_dim(first_windows(b, count, spatial_out), out, dims);
+}
+
+// Sums of each window of x, in the accumulation type.
+Value window_sums(Builder& b, const Value& x, const Window& w, const Shape& out) {
+  Value zero = b.scalar(0, x.dtype());
+  Value s = b.reduce_window({x}, {zero}, w.full(w.kernel, 1), w.full(w.stride, 1), {}, {}, w.pads(x.shape(), out),
+                            add_body)[0];
+  return first_windows(b, s, out);
+}
+
+// The gradient of window_sums: each input element gets the sum of the
+// gradients of the windows that cover it. grad is spread out by the stride
+// (interior padding) and summed over stride-1 windows of the kernel's size.
+Value window_sums_backward(Builder& b, const Value& grad, const Window& w, const Shape& in) {
+  std::vector<int64_t> low(w.lead, 0), high(w.lead, 0), interior(w.lead, 0);
+  for (size_t i = 0; i < w.n; ++i) {
+    int64_t k = w.kernel[i], out = grad.shape()[w.lead + i];
+    int64_t before = k - 1 - w.padding[i];
+    low.push_back(before);
+    high.push_back(in[w.lead + i] + k - 1 - (1 + w.stride[i] * (out - 1)) - before);
+    interior.push_back(w.stride[i] - 1);
+  }
+  Value spread = b.pad(grad, b.scalar(0, grad.dtype()), low, high, interior);
+  return b.reduce_window({spread}, {b.scalar(0, grad.dtype())}, w.full(w.kernel, 1), {}, {}, {},
+                         Pads(in.size(), {0, 0}), add_body)[0];
+}
+
+void require_float(const Value& x, const char* op) {
+  if (!stablehlo::is_float(x.dtype())) throw Declined(std::string(op) + ": integer input");
+}
+
+// avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+LoweringRule avg_pool(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    require_float(x, "avg_pool");
+    const TensorType& out = c.out();
+    if (out.numel() == 0) return {c.b.constant(0, out)};
+    Window w = window(c, x, 1, n, false);
+    DType t = accumulation_type(out.dtype);
+    Value sums = window_sums(c.b, c.b.cast(x, t), w, out.shape);
+    Value divisor = c.has(6) ? c.b.constant(static_cast<double>(c.integer(6)), sums.type)
+                             : avg_divisor(c.b, w, x.shape(), out.shape, c.args[5].b, t);
+    return {c.b.cast(c.b.binary(Binary::Divide, sums, divisor), out.dtype)};
+  };
+}
+
+// avg_pool{2,3}d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+// count_include_pad, divisor_override)
+LoweringRule avg_pool_backward(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value &grad = c.tensor(0), &x = c.tensor(1);
+    require_float(x, "avg_pool backward");
+    const TensorType& in = c.out();
+    if (in.numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, in)};
+    Window w = window(c, x, 2, n, false);
+    DType t = accumulation_type(in.dtype);
+    Value g = c.b.cast(grad, t);
+    Value divisor = c.has(7) ? c.b.constant(static_cast<double>(c.integer(7)), g.type)
+                             : avg_divisor(c.b, w, x.shape(), grad.shape(), c.args[6].b, t);
+    Value per_element = c.b.binary(Binary::Divide, g, divisor);
+    return {c.b.cast(window_sums_backward(c.b, per_element, w, in.shape), in.dtype)};
+  };
+}
+
+// The window of an adaptive average pool from `in` to `out` when every
+// spatial size divides evenly: then PyTorch's windows are exactly these.
+Window adaptive_window(const Shape& in, const Shape& out, size_t n) {
+  Window w;
+  w.n = n;
+  if (in.size() != n + 1 && in.size() != n + 2)
+    throw Declined("adaptive_avg_pool: input of rank " + std::to_string(in.size()));
+  w.lead = in.size() - n;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t a = in[w.lead + i], o = out[w.lead + i];
+    if (o <= 0 || a % o != 0) throw Declined("adaptive_avg_pool: input size not a multiple of the output size");
+    w.kernel.push_back(a / o);
+  }
+  w.stride = w.kernel;
+  w.padding.assign(n, 0);
+  w.dilation.assign(n, 1);
+  return w;
+}
+
+double window_size(const Window& w) {
+  double k = 1;
+  for (int64_t v : w.kernel) k *= static_cast<double>(v);
+  return k;
+}
+
+// _adaptive_avg_pool{2,3}d(self, output_size)
+LoweringRule adaptive_avg_pool(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    require_float(x, "adaptive_avg_pool");
+    const TensorType& out = c.out();
+    if (out.numel() == 0 || x.type.numel() == 0) throw Declined("adaptive_avg_pool: empty");
+    Window w = adaptive_window(x.shape(), out.shape, n);
+    DType t = accumulation_type(out.dtype);
+    Value sums = window_sums(c.b, c.b.cast(x, t), w, out.shape);
+    return {c.b.cast(c.b.binary(Binary::Divide, sums, c.b.constant(window_size(w), sums.type)), out.dtype)};
+  };
+}
+
+// _adaptive_avg_pool{2,3}d_backward(grad_output, self)
+LoweringRule adaptive_avg_pool_backward(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value &grad = c.tensor(0), &x = c.tensor(1);
+    require_float(x, "adaptive_avg_pool backward");
+    const TensorType& in = c.out();
+    if (in.numel() == 0 || grad.type.numel() == 0) throw Declined("adaptive_avg_pool backward: empty");
+    Window w = adaptive_window(x.shape(), grad.shape(), n);
+    DType t = accumulation_type(in.dtype);
+    Value g = c.b.cast(grad, t);
+    Value per_element = c.b.binary(Binary::Divide, g, c.b.constant(window_size(w), g.type));
+    return {c.b.cast(window_sums_backward(c.b, per_element, w, in.shape), in.dtype)};
+  };
+}
+
+}  // namespace
+
+LOWERING("aten::max_pool2d_with_indices", max_pool_with_indices(2));
+LOWERING("aten::max_pool3d_with_indices", max_pool_with_indices(3));
+LOWERING("aten::max_pool2d_with_indices_backward", max_pool_backward(2));
+LOWERING("aten::max_pool3d_with_indices_backward", max_pool_backward(3));
+LOWERING("aten::avg_pool2d", avg_pool(2));
+LOWERING("aten::avg_pool3d", avg_pool(3));
+LOWERING("aten::avg_pool2d_backward", avg_pool_backward(2));
+LOWERING("aten::avg_pool3d_backward", avg_pool_backward(3));
+LOWERING("aten::_adaptive_avg_pool2d", adaptive_avg_pool(2));
+LOWERING("aten::_adaptive_avg_pool3d", adaptive_avg_pool(3));
+LOWERING("aten::_adaptive_avg_pool2d_backward", adaptive_avg_pool_backward(2));
+LOWERING("aten::_adaptive_avg_pool3d_backward", adaptive_avg_pool_backward(3));
+
+}  // namespace torch_tpu::lowering
