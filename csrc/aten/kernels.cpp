@@ -120,8 +120,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tenso
                                                                  const std::optional<at::Tensor>& running_var,
                                                                  bool training, double momentum, double eps) {
   bool stats = running_mean && running_mean->defined() && running_var && running_var->defined();
-  if (stats && !training)
-    return at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var, momentum, eps);
+  if (stats && !training) {  // CPU returns empty saved statistics in evaluation
+    auto out =
+        at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var, momentum, eps);
+    return {std::get<0>(out), std::get<1>(out).new_empty({0}), std::get<2>(out).new_empty({0})};
+  }
   if (stats) {
     at::Tensor mean = *running_mean, var = *running_var;  // handles to the same tensors, written in place
     return at::_native_batch_norm_legit(input, weight, bias, mean, var, training, momentum, eps);
