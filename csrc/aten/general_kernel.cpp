@@ -33,6 +33,10 @@ struct OpPlan {
   std::optional<c10::OperatorHandle> functional;  // the op the rule is for, when it is not this one
   std::vector<bool> is_out;                       // out= arguments: written, never read
   std::vector<int> return_alias;                  // for each return: the argument it aliases, or -1
+  // Arguments the op writes but does not return (batch norm's running
+  // stats): the rule returns their new values after the outputs, one per
+  // argument that is a defined tensor, in argument order.
+  std::vector<int> mutated;
 };
 
 std::string full_name(const c10::OperatorName& n) {
@@ -54,8 +58,14 @@ std::optional<c10::OperatorHandle> functional_counterpart(const c10::FunctionSch
   const std::string& name = s.name();
   if (s.is_mutable() && !name.empty() && name.back() == '_' && s.returns().size() == 1) {
     auto op = dispatcher.findOp({name.substr(0, name.size() - 1), s.overload_name()});
-    if (op && lowering::find_rule(full_name(op->operator_name()))) return op;
-    return std::nullopt;
+    if (!op || !lowering::find_rule(full_name(op->operator_name()))) return std::nullopt;
+    // Same arguments, same types: pow_.Scalar(Tensor self, Scalar exponent)
+    // is not pow.Scalar(Scalar self, Tensor exponent).
+    const auto& fa = op->schema().arguments();
+    if (fa.size() != s.arguments().size()) return std::nullopt;
+    for (size_t i = 0; i < fa.size(); ++i)
+      if (fa[i].name() != s.arguments()[i].name() || *fa[i].type() != *s.arguments()[i].type()) return std::nullopt;
+    return op;
   }
   bool has_out = false;
   for (const auto& a : s.arguments()) has_out |= a.is_out();
@@ -97,6 +107,13 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
       }
     }
     plan.return_alias.push_back(alias);
+  }
+  for (size_t i = 0; i < s.arguments().size(); ++i) {
+    const auto& ai = s.arguments()[i].alias_info();
+    if (!ai || !ai->isWrite() || plan.is_out[i]) continue;
+    if (std::find(plan.return_alias.begin(), plan.return_alias.end(), static_cast<int>(i)) != plan.return_alias.end())
+      continue;
+    plan.mutated.push_back(static_cast<int>(i));
   }
   return plan;
 }
@@ -262,6 +279,8 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
   std::vector<TensorType> types;
   for (const auto& r : stack) {
     auto add = [&](const at::Tensor& t) {
+      // An output the op leaves undefined (a backward's output_mask): run on CPU.
+      if (!t.defined()) throw lowering::Declined(full_name(op.operator_name()) + ": an undefined output");
       types.push_back({to_dtype(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())});
     };
     if (r.isTensor())
@@ -334,6 +353,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<at::ScalarType> dest_dtypes;
   for (int alias : plan.return_alias)
     if (alias >= 0) dest_dtypes.push_back(args[alias].toTensor().scalar_type());
+  std::vector<at::Tensor> mutated;  // written arguments that are not returned
+  for (int i : plan.mutated)
+    if (args[i].isTensor() && args[i].toTensor().defined()) mutated.push_back(args[i].toTensor());
 
   auto program = Runtime::get().program(key, [&] {
     // PyTorch's meta kernels decide output shapes and dtypes and raise
@@ -362,8 +384,10 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (size_t i = 0; i < n; ++i) largs.push_back(lowering_arg(args[i], plan.is_out[i], b, next_param, params));
     lowering::LoweringContext ctx{b, largs, outs};
     std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
-    TORCH_CHECK(results.size() == outs.size(), "torch_tpu: the lowering of ", plan.name, " returned ", results.size(),
-                " values for ", outs.size(), " outputs");
+    TORCH_CHECK(results.size() == outs.size() + mutated.size(), "torch_tpu: the lowering of ", plan.name, " returned ",
+                results.size(), " values for ", outs.size(), " outputs and ", mutated.size(), " written arguments");
+    for (const at::Tensor& m : mutated)
+      outs.push_back({to_dtype(m.scalar_type()), std::vector<int64_t>(m.sizes().begin(), m.sizes().end())});
     std::vector<stablehlo::Value> flat;
     std::vector<TensorType> flat_types;
     size_t dest = 0;
@@ -414,7 +438,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     check_finite(plan.name, inputs, program->outputs, results, dev);
 
   torch::jit::drop(*stack, n);
-  for (size_t k = 0; k < results.size(); ++k) {
+  const size_t n_returns = results.size() - mutated.size();
+  for (size_t j = 0; j < mutated.size(); ++j) write_dense(mutated[j], results[n_returns + j]);
+  for (size_t k = 0; k < n_returns; ++k) {
     const TensorType& type = program->outputs[k];
     int alias = k < plan.return_alias.size() ? plan.return_alias[k] : -1;
     if (alias < 0) {

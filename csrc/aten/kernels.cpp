@@ -1,7 +1,11 @@
 // The kernels PyTorch needs from every backend and that are not lowerings:
 // allocation, views (metadata only, sharing the storage), copies across
-// devices, resize, and reading one element back to the host.
+// devices, resize, and reading one element back to the host; and
+// native_batch_norm, which routes to the overloads whose schemas say what
+// they write.
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/_native_batch_norm_legit.h>
+#include <ATen/ops/_native_batch_norm_legit_no_training.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -152,6 +156,31 @@ at::Tensor as_strided(const at::Tensor& self, at::IntArrayRef size, at::IntArray
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 
+// native_batch_norm updates running_mean / running_var in training, but its
+// schema does not mark them written, so the general kernel could not write
+// them back. _native_batch_norm_legit computes the same and says so (its
+// rule writes the running stats through the storage model).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tensor& input,
+                                                                 const std::optional<at::Tensor>& weight,
+                                                                 const std::optional<at::Tensor>& bias,
+                                                                 const std::optional<at::Tensor>& running_mean,
+                                                                 const std::optional<at::Tensor>& running_var,
+                                                                 bool training, double momentum, double eps) {
+  bool stats = running_mean && running_mean->defined() && running_var && running_var->defined();
+  if (stats && !training) {  // CPU returns empty saved statistics in evaluation
+    auto out =
+        at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var, momentum, eps);
+    return {std::get<0>(out), std::get<1>(out).new_empty({0}), std::get<2>(out).new_empty({0})};
+  }
+  if (stats) {
+    at::Tensor mean = *running_mean, var = *running_var;  // handles to the same tensors, written in place
+    return at::_native_batch_norm_legit(input, weight, bias, mean, var, training, momentum, eps);
+  }
+  TORCH_CHECK(!(running_mean && running_mean->defined()) && !(running_var && running_var->defined()),
+              "native_batch_norm: running_mean and running_var must be both defined or both undefined");
+  return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -169,6 +198,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", at::native::view);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
+  m.impl("native_batch_norm", native_batch_norm);
 }
 
 }  // namespace torch_tpu::aten

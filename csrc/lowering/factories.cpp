@@ -16,8 +16,17 @@ std::vector<Value> arange(LoweringContext& c) {
   return {c.b.cast(v, t)};
 }
 
+// eye.out(n, *, out) / eye.m_out(n, m, *, out): ones on the diagonal.
+std::vector<Value> eye(LoweringContext& c) {
+  TensorType idx{DType::Int64, c.out().shape};
+  Value diag = c.b.compare(stablehlo::Compare::EQ, c.b.iota(idx, 0), c.b.iota(idx, 1));
+  return {c.b.cast(diag, c.out().dtype)};
+}
+
 }  // namespace
 
 LOWERING("aten::arange.start_out", arange);
+LOWERING("aten::eye.out", eye);
+LOWERING("aten::eye.m_out", eye);
 
 }  // namespace torch_tpu::lowering

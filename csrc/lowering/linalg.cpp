@@ -28,10 +28,18 @@ std::vector<Value> addmm(LoweringContext& c) {
   return {c.b.binary(stablehlo::Binary::Add, self, p)};
 }
 
+// dot(self [n], tensor [n]) -> 0-d
+std::vector<Value> dot(LoweringContext& c) {
+  if (c.tensor(0).dtype() != c.tensor(1).dtype()) throw Declined("dot: mixed dtypes");
+  Value a = c.b.cast(c.tensor(0), c.out().dtype), b = c.b.cast(c.tensor(1), c.out().dtype);
+  return {c.b.dot_general(a, b, {}, {}, {0}, {0})};
+}
+
 }  // namespace
 
 LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
+LOWERING("aten::dot", dot);
 
 }  // namespace torch_tpu::lowering

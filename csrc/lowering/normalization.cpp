@@ -101,6 +101,165 @@ std::vector<Value> layer_norm(LoweringContext& c) {
   return {c.b.cast(y, c.out(0).dtype), stat(mean, 1), stat(rstd, 2)};
 }
 
+// ---- Batch norm. The channel dimension is 1; statistics reduce every other.
+
+std::vector<int64_t> batch_dims(const Value& x) {
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (d != 1) dims.push_back(d);
+  return dims;
+}
+
+// A per-channel [C] value broadcast over x's shape.
+Value per_channel(Builder& b, const Value& v, const Value& x) { return b.broadcast_in_dim(v, x.shape(), {1}); }
+
+// (x - mean) * invstd * weight + bias, with [C] mean and invstd.
+Value normalize(LoweringContext& c, const Value& x, const Value& mean, const Value& invstd, size_t weight_arg,
+                size_t bias_arg) {
+  DType t = x.dtype();
+  Value y = c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, x, per_channel(c.b, mean, x)),
+                       per_channel(c.b, invstd, x));
+  if (c.has(weight_arg)) y = c.b.binary(Binary::Multiply, y, per_channel(c.b, c.b.cast(c.tensor(weight_arg), t), x));
+  if (c.has(bias_arg)) y = c.b.binary(Binary::Add, y, per_channel(c.b, c.b.cast(c.tensor(bias_arg), t), x));
+  return y;
+}
+
+// An output of `type`: `v` when it has elements, else the empty tensor
+// PyTorch returns for the unused statistics of an evaluation.
+Value stat_out(LoweringContext& c, const Value& v, size_t k) {
+  if (c.out(k).numel() == 0) return c.b.constant(0, c.out(k));
+  return c.b.cast(c.b.reshape(v, c.out(k).shape), c.out(k).dtype);
+}
+
+struct BatchNormResult {
+  std::vector<Value> outs;          // out, save_mean, save_invstd
+  Value running_mean, running_var;  // updated (training) or as given; unset without running stats
+};
+
+// The shared batch norm: arguments input, weight, bias at 0..2; running
+// stats at `rm`/`rv` (or none when rm < 0); training, momentum, eps given.
+BatchNormResult batch_norm(LoweringContext& c, int rm, int rv, bool training, double momentum, double eps) {
+  DType t = compute_type(c.out(0).dtype);
+  Value x = c.b.cast(c.tensor(0), t);
+  if (x.rank() < 2 || x.type.numel() == 0) throw Declined("batch_norm: rank < 2 or empty input");
+  std::vector<int64_t> dims = batch_dims(x);
+  int64_t count = x.type.numel() / x.shape()[1];
+  bool has_stats = rm >= 0 && c.has(rm) && c.has(rv);
+  BatchNormResult r;
+  if (training) {
+    if (count <= 1) throw Declined("batch_norm: one value per channel in training");
+    TensorType ct{t, {x.shape()[1]}};
+    Value inv_count = c.b.constant(1.0 / static_cast<double>(count), ct);
+    Value mean = c.b.binary(Binary::Multiply, c.b.reduce(x, c.b.scalar(0, t), dims, Binary::Add), inv_count);
+    Value centered = c.b.binary(Binary::Subtract, x, per_channel(c.b, mean, x));
+    Value ss = c.b.reduce(c.b.binary(Binary::Multiply, centered, centered), c.b.scalar(0, t), dims, Binary::Add);
+    Value var = c.b.binary(Binary::Multiply, ss, inv_count);
+    Value invstd = c.b.unary(Unary::Rsqrt, c.b.binary(Binary::Add, var, c.b.constant(eps, ct)));
+    r.outs = {c.b.cast(normalize(c, x, mean, invstd, 1, 2), c.out(0).dtype), stat_out(c, mean, 1),
+              stat_out(c, invstd, 2)};
+    if (has_stats) {
+      // running = (1 - momentum) * running + momentum * batch, unbiased variance.
+      auto update = [&](const Value& running, const Value& batch) {
+        DType rt = compute_type(running.dtype());
+        Value keep =
+            c.b.binary(Binary::Multiply, c.b.cast(running, rt), c.b.constant(1 - momentum, {rt, running.shape()}));
+        Value add = c.b.binary(Binary::Multiply, c.b.cast(batch, rt), c.b.constant(momentum, {rt, running.shape()}));
+        return c.b.cast(c.b.binary(Binary::Add, keep, add), running.dtype());
+      };
+      Value unbiased = c.b.binary(Binary::Multiply, ss, c.b.constant(1.0 / static_cast<double>(count - 1), ct));
+      r.running_mean = update(c.tensor(rm), mean);
+      r.running_var = update(c.tensor(rv), unbiased);
+    }
+  } else {
+    if (!has_stats) throw Declined("batch_norm: evaluation without running stats");
+    Value mean = c.b.cast(c.tensor(rm), t);
+    Value invstd =
+        c.b.unary(Unary::Rsqrt, c.b.binary(Binary::Add, c.b.cast(c.tensor(rv), t), c.b.constant(eps, mean.type)));
+    r.outs = {c.b.cast(normalize(c, x, mean, invstd, 1, 2), c.out(0).dtype), stat_out(c, mean, 1),
+              stat_out(c, invstd, 2)};
+  }
+  if (has_stats && !training) {
+    r.running_mean = c.tensor(rm);
+    r.running_var = c.tensor(rv);
+  }
+  return r;
+}
+
+// _native_batch_norm_legit(input, weight?, bias?, running_mean!, running_var!,
+// training, momentum, eps): the running stats are written arguments.
+std::vector<Value> native_batch_norm_legit(LoweringContext& c) {
+  // Evaluation: CPU returns empty saved statistics where the meta kernel says [C].
+  if (!c.args[5].b) throw Declined("_native_batch_norm_legit: evaluation");
+  BatchNormResult r = batch_norm(c, 3, 4, c.args[5].b, c.number(6), c.number(7));
+  std::vector<Value> v = r.outs;
+  v.push_back(r.running_mean);
+  v.push_back(r.running_var);
+  return v;
+}
+
+// _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps)
+std::vector<Value> native_batch_norm_legit_no_stats(LoweringContext& c) {
+  return batch_norm(c, -1, -1, c.args[3].b, c.number(4), c.number(5)).outs;
+}
+
+// _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var, momentum, eps)
+std::vector<Value> native_batch_norm_legit_no_training(LoweringContext& c) {
+  return batch_norm(c, 3, 4, false, c.number(5), c.number(6)).outs;
+}
+
+// _native_batch_norm_legit_functional(input, weight?, bias?, running_mean,
+// running_var, training, momentum, eps) -> (out, mean, invstd, running_mean, running_var)
+std::vector<Value> native_batch_norm_legit_functional(LoweringContext& c) {
+  BatchNormResult r = batch_norm(c, 3, 4, c.args[5].b, c.number(6), c.number(7));
+  std::vector<Value> v = r.outs;
+  v.push_back(c.b.cast(r.running_mean, c.out(3).dtype));
+  v.push_back(c.b.cast(r.running_var, c.out(4).dtype));
+  return v;
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?,
+// running_var?, save_mean?, save_invstd?, train, eps, output_mask)
+std::vector<Value> native_batch_norm_backward(LoweringContext& c) {
+  const std::vector<int64_t>& mask = c.ints(9);
+  if (mask.size() != 3 || !mask[0] || !mask[1] || !mask[2]) throw Declined("batch_norm_backward: partial output_mask");
+  DType t = compute_type(c.out(0).dtype);
+  Value g = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t);
+  if (x.rank() < 2 || x.type.numel() == 0) throw Declined("batch_norm_backward: rank < 2 or empty input");
+  bool train = c.args[7].b;
+  std::vector<int64_t> dims = batch_dims(x);
+  int64_t channels = x.shape()[1];
+  TensorType ct{t, {channels}};
+  Value mean, invstd;
+  if (train) {
+    if (!c.has(5) || !c.has(6)) throw Declined("batch_norm_backward: no saved statistics");
+    mean = c.b.cast(c.tensor(5), t);
+    invstd = c.b.cast(c.tensor(6), t);
+  } else {
+    if (!c.has(3) || !c.has(4)) throw Declined("batch_norm_backward: evaluation without running stats");
+    mean = c.b.cast(c.tensor(3), t);
+    invstd = c.b.unary(Unary::Rsqrt, c.b.binary(Binary::Add, c.b.cast(c.tensor(4), t), c.b.constant(c.number(8), ct)));
+  }
+  Value w = c.has(2) ? c.b.cast(c.tensor(2), t) : c.b.constant(1, ct);
+  Value xhat = c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, x, per_channel(c.b, mean, x)),
+                          per_channel(c.b, invstd, x));
+  Value sum_g = c.b.reduce(g, c.b.scalar(0, t), dims, Binary::Add);
+  Value sum_gx = c.b.reduce(c.b.binary(Binary::Multiply, g, xhat), c.b.scalar(0, t), dims, Binary::Add);
+  Value scale = per_channel(c.b, c.b.binary(Binary::Multiply, w, invstd), x);
+  Value gi;
+  if (train) {
+    double inv_count = static_cast<double>(channels) / static_cast<double>(x.type.numel());
+    Value mg = c.b.binary(Binary::Multiply, sum_g, c.b.constant(inv_count, ct));
+    Value mgx = c.b.binary(Binary::Multiply, sum_gx, c.b.constant(inv_count, ct));
+    Value inner = c.b.binary(Binary::Subtract, c.b.binary(Binary::Subtract, g, per_channel(c.b, mg, x)),
+                             c.b.binary(Binary::Multiply, xhat, per_channel(c.b, mgx, x)));
+    gi = c.b.binary(Binary::Multiply, scale, inner);
+  } else {
+    gi = c.b.binary(Binary::Multiply, scale, g);
+  }
+  return {c.b.cast(gi, c.out(0).dtype), c.b.cast(c.b.reshape(sum_gx, c.out(1).shape), c.out(1).dtype),
+          c.b.cast(c.b.reshape(sum_g, c.out(2).shape), c.out(2).dtype)};
+}
+
 }  // namespace
 
 LOWERING("aten::_softmax", softmax);
@@ -108,5 +267,10 @@ LOWERING("aten::_log_softmax", log_softmax);
 LOWERING("aten::_softmax_backward_data", softmax_backward);
 LOWERING("aten::_log_softmax_backward_data", log_softmax_backward);
 LOWERING("aten::native_layer_norm", layer_norm);
+LOWERING("aten::_native_batch_norm_legit", native_batch_norm_legit);
+LOWERING("aten::_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_stats);
+LOWERING("aten::_native_batch_norm_legit_no_training", native_batch_norm_legit_no_training);
+LOWERING("aten::_native_batch_norm_legit_functional", native_batch_norm_legit_functional);
+LOWERING("aten::native_batch_norm_backward", native_batch_norm_backward);
 
 }  // namespace torch_tpu::lowering

@@ -327,6 +327,37 @@ std::vector<Value> nansum(LoweringContext& c) {
   return {as_out(c, s, 0)};
 }
 
+// linalg_vector_norm(self, ord=2, dim=None, keepdim, *, dtype): in the
+// accumulation type of the output dtype. inf / -inf are max / min of |x|
+// (NaN-propagating), 0 counts the nonzeros, p is (sum |x|^p)^(1/p).
+std::vector<Value> vector_norm(LoweringContext& c) {
+  const Value& x0 = c.tensor(0);
+  if (!stablehlo::is_float(x0.dtype())) throw Declined("linalg_vector_norm: non-float input");
+  DType acc = accumulation_type(c.out().dtype);
+  std::vector<int64_t> dims = reduced_dims(c, 2, x0.rank());
+  for (int64_t d : dims)
+    if (x0.shape()[d] == 0) throw Declined("linalg_vector_norm: empty reduction");
+  double ord = c.number(1);
+  Value x = accumulated_input(c, 0);
+  Value a = c.b.unary(Unary::Abs, x);
+  Value r;
+  if (std::isinf(ord)) {
+    r = reduce_extreme(c.b, a, dims, ord > 0);
+  } else if (ord == 0) {
+    Value nz = c.b.convert(c.b.compare(Compare::NE, x, c.b.constant(0, x.type)), acc);
+    r = c.b.reduce(nz, c.b.scalar(0, acc), dims, Binary::Add);
+  } else if (ord == 1) {
+    r = c.b.reduce(a, c.b.scalar(0, acc), dims, Binary::Add);
+  } else if (ord == 2) {
+    r = c.b.unary(Unary::Sqrt, c.b.reduce(c.b.binary(Binary::Multiply, x, x), c.b.scalar(0, acc), dims, Binary::Add));
+  } else {
+    Value s =
+        c.b.reduce(c.b.binary(Binary::Power, a, c.b.constant(ord, a.type)), c.b.scalar(0, acc), dims, Binary::Add);
+    r = c.b.binary(Binary::Power, s, c.b.constant(1.0 / ord, s.type));
+  }
+  return {as_out(c, r, 0)};
+}
+
 }  // namespace
 
 LOWERING("aten::sum.dim_IntList", sum);
@@ -355,5 +386,6 @@ LOWERING("aten::any.dims", any_all_dims(true));
 LOWERING("aten::all.dims", any_all_dims(false));
 LOWERING("aten::logsumexp", logsumexp);
 LOWERING("aten::nansum", nansum);
+LOWERING("aten::linalg_vector_norm", vector_norm);
 
 }  // namespace torch_tpu::lowering

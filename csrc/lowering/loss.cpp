@@ -1,0 +1,162 @@
+// Loss functions and their backward ops. Reduction codes are PyTorch's:
+// 0 none, 1 mean, 2 sum. Low-precision inputs compute in float32.
+#include <cmath>
+#include <string>
+
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::Binary;
+using stablehlo::Compare;
+using stablehlo::Unary;
+
+constexpr int64_t kNone = 0, kMean = 1, kSum = 2;
+
+DType compute_type(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
+
+// Everything nll_loss needs about its target, laid out on self's shape.
+// The class dimension is 1 (0 for an unbatched 1-D input).
+struct NllTerms {
+  Value pick;  // bool, self's shape: the element of the target class
+  Value w;     // target's shape: weight[target] * (target != ignore_index)
+  Value bad;   // target's shape: a target outside [0, C) that is not ignored
+  int64_t class_dim = 0;
+};
+
+NllTerms nll_terms(LoweringContext& c, const Value& self, const Value& target, int weight_arg, int64_t ignore_index,
+                   DType t) {
+  NllTerms r;
+  r.class_dim = self.rank() == 1 ? 0 : 1;
+  const int64_t classes = self.shape()[r.class_dim];
+  std::vector<int64_t> other;
+  for (int64_t d = 0; d < self.rank(); ++d)
+    if (d != r.class_dim) other.push_back(d);
+  Value tgt = c.b.cast(target, DType::Int64);
+  Value cls = c.b.iota({DType::Int64, self.shape()}, r.class_dim);
+  r.pick = c.b.compare(Compare::EQ, cls, c.b.broadcast_in_dim(tgt, self.shape(), other));
+  TensorType tt{DType::Int64, tgt.shape()};
+  Value kept = c.b.compare(Compare::NE, tgt, c.b.constant_int(ignore_index, tt));
+  Value in_range = c.b.binary(Binary::And, c.b.compare(Compare::GE, tgt, c.b.constant_int(0, tt)),
+                              c.b.compare(Compare::LT, tgt, c.b.constant_int(classes, tt)));
+  r.bad = c.b.binary(Binary::And, kept, c.b.unary(Unary::Not, in_range));
+  TensorType wt{t, tgt.shape()};
+  Value w = c.b.constant(1, wt);
+  if (c.has(weight_arg)) {
+    Value weight = c.b.broadcast_in_dim(c.b.cast(c.tensor(weight_arg), t), self.shape(), {r.class_dim});
+    w = c.b.reduce(c.b.select(r.pick, weight, c.b.constant(0, {t, self.shape()})), c.b.scalar(0, t), {r.class_dim},
+                   Binary::Add);
+  }
+  r.w = c.b.select(kept, w, c.b.constant(0, wt));
+  return r;
+}
+
+// nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction,
+// ignore_index) -> (output, total_weight). A target out of range (CPU raises)
+// gives NaN here rather than a plausible number.
+std::vector<Value> nll_loss_forward(LoweringContext& c) {
+  DType t = compute_type(c.out(0).dtype);
+  Value self = c.b.cast(c.tensor(0), t);
+  if (self.rank() == 0 || self.type.numel() == 0) throw Declined("nll_loss: empty or 0-d input");
+  int64_t reduction = c.integer(3);
+  NllTerms n = nll_terms(c, self, c.tensor(1), 2, c.integer(4), t);
+  Value picked =
+      c.b.reduce(c.b.select(n.pick, self, c.b.constant(0, self.type)), c.b.scalar(0, t), {n.class_dim}, Binary::Add);
+  TensorType lt = n.w.type;
+  Value loss =
+      c.b.select(n.bad, c.b.constant(NAN, lt), c.b.unary(Unary::Negate, c.b.binary(Binary::Multiply, picked, n.w)));
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < lt.rank(); ++d) all.push_back(d);
+  Value total = c.b.reduce(n.w, c.b.scalar(0, t), all, Binary::Add);
+  Value out;
+  if (reduction == kNone) {
+    out = loss;
+    if (lt.rank() == 0) total = c.b.reshape(n.w, {});
+  } else {
+    out = c.b.reduce(loss, c.b.scalar(0, t), all, Binary::Add);
+    if (reduction == kMean) out = c.b.binary(Binary::Divide, out, total);
+  }
+  return {c.b.cast(c.b.reshape(out, c.out(0).shape), c.out(0).dtype),
+          c.b.cast(c.b.reshape(total, c.out(1).shape), c.out(1).dtype)};
+}
+
+// nll_loss_backward / nll_loss2d_backward(grad_output, self, target, weight?,
+// reduction, ignore_index, total_weight): -w * g at the target class.
+std::vector<Value> nll_loss_backward(LoweringContext& c) {
+  DType t = compute_type(c.out().dtype);
+  Value self = c.b.cast(c.tensor(1), t);
+  if (self.rank() == 0 || self.type.numel() == 0) throw Declined("nll_loss_backward: empty or 0-d input");
+  int64_t reduction = c.integer(4);
+  NllTerms n = nll_terms(c, self, c.tensor(2), 3, c.integer(5), t);
+  Value g = c.b.cast(c.tensor(0), t);
+  if (reduction == kNone) {
+    g = c.b.reshape(g, n.w.shape());
+  } else {
+    g = c.b.reshape(g, {});
+    if (reduction == kMean) g = c.b.binary(Binary::Divide, g, c.b.reshape(c.b.cast(c.tensor(6), t), {}));
+    g = c.b.broadcast_in_dim(g, n.w.shape(), {});
+  }
+  Value per = c.b.unary(Unary::Negate, c.b.binary(Binary::Multiply, n.w, g));
+  std::vector<int64_t> other;
+  for (int64_t d = 0; d < self.rank(); ++d)
+    if (d != n.class_dim) other.push_back(d);
+  // Ignored targets (w = 0) leave 0, as CPU skips them (even when g / 0 is inf).
+  Value kept = c.b.compare(Compare::NE, n.w, c.b.constant(0, n.w.type));
+  Value pick = c.b.binary(Binary::And, n.pick, c.b.broadcast_in_dim(kept, self.shape(), other));
+  Value grad = c.b.select(pick, c.b.broadcast_in_dim(per, self.shape(), other), c.b.constant(0, self.type));
+  return {c.b.cast(grad, c.out().dtype)};
+}
+
+// Applies a reduction to elementwise losses.
+Value reduce_loss(LoweringContext& c, const Value& loss, int64_t reduction) {
+  if (reduction == kNone) return loss;
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < loss.rank(); ++d) all.push_back(d);
+  Value s = c.b.reduce(loss, c.b.scalar(0, loss.dtype()), all, Binary::Add);
+  if (reduction == kMean)
+    s = c.b.binary(Binary::Divide, s, c.b.scalar(static_cast<double>(loss.type.numel()), loss.dtype()));
+  return s;
+}
+
+// The upstream gradient of a reduced loss, as a value of `type`.
+Value loss_grad(LoweringContext& c, const TensorType& type, int64_t reduction) {
+  Value g = c.b.cast(c.tensor(0), type.dtype);
+  if (reduction == kNone) return c.b.broadcast_to(g, type.shape);
+  g = c.b.broadcast_in_dim(c.b.reshape(g, {}), type.shape, {});
+  if (reduction == kMean) g = c.b.binary(Binary::Divide, g, c.b.constant(static_cast<double>(type.numel()), type));
+  return g;
+}
+
+// mse_loss(self, target, reduction)
+std::vector<Value> mse_loss(LoweringContext& c) {
+  DType t = compute_type(c.out().dtype);
+  TensorType type{t, c.tensor(0).shape()};
+  if (c.tensor(0).shape() != c.tensor(1).shape()) throw Declined("mse_loss: broadcasting");
+  Value d = c.b.binary(Binary::Subtract, c.b.cast(c.tensor(0), t), c.b.cast(c.tensor(1), t));
+  Value l = reduce_loss(c, c.b.binary(Binary::Multiply, d, d), c.integer(2));
+  return {c.b.cast(c.b.reshape(l, c.out().shape), c.out().dtype)};
+}
+
+// mse_loss_backward(grad_output, self, target, reduction): 2 (x - y) g
+std::vector<Value> mse_loss_backward(LoweringContext& c) {
+  DType t = compute_type(c.out().dtype);
+  if (c.tensor(1).shape() != c.tensor(2).shape() || c.out().shape != c.tensor(1).shape())
+    throw Declined("mse_loss_backward: broadcasting");
+  TensorType type{t, c.out().shape};
+  Value d = c.b.binary(Binary::Subtract, c.b.cast(c.tensor(1), t), c.b.cast(c.tensor(2), t));
+  Value g = loss_grad(c, type, c.integer(3));
+  Value r = c.b.binary(Binary::Multiply, c.b.binary(Binary::Multiply, c.b.constant(2, type), d), g);
+  return {c.b.cast(r, c.out().dtype)};
+}
+
+}  // namespace
+
+LOWERING("aten::nll_loss_forward", nll_loss_forward);
+LOWERING("aten::nll_loss_backward", nll_loss_backward);
+LOWERING("aten::nll_loss2d_forward", nll_loss_forward);
+LOWERING("aten::nll_loss2d_backward", nll_loss_backward);
+LOWERING("aten::mse_loss", mse_loss);
+LOWERING("aten::mse_loss_backward", mse_loss_backward);
+
+}  // namespace torch_tpu::lowering

@@ -1,0 +1,249 @@
+"""Losses, norms and batch norm on tpu against CPU PyTorch, forward and backward, with no fallback."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same
+
+import torch_tpu
+
+
+def tpu_leaf(t):
+    return t.detach().to("tpu").requires_grad_(t.requires_grad)
+
+
+def compare_fn(fn, *inputs, tol=None, grad_args=None):
+    """fn on CPU and on tpu; outputs and the grads of the float inputs (or of grad_args) compared."""
+    tol = tol or {}
+    cpu_in = [
+        x.detach().clone().requires_grad_(x.is_floating_point() if grad_args is None else i in grad_args)
+        for i, x in enumerate(inputs)
+    ]
+    with torch_tpu.set_fallback("error"):
+        tpu_in = [tpu_leaf(x) for x in cpu_in]
+        out_t = fn(*tpu_in)
+        out_c = fn(*cpu_in)
+        assert_same(out_t, out_c, **tol)
+        if out_c.requires_grad:
+            g = torch.rand_like(out_c)
+            out_c.backward(g)
+            out_t.backward(g.to("tpu"))
+            for a, b in zip(tpu_in, cpu_in, strict=True):
+                if b.grad is not None:
+                    assert_same(a.grad, b.grad, **tol)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("ignore_index", [-100, 2])
+def test_nll_loss(reduction, weighted, ignore_index):
+    torch.manual_seed(0)
+    x = torch.randn(7, 5).log_softmax(1)
+    t = torch.randint(0, 5, (7,))
+    w = torch.rand(5) + 0.5 if weighted else None
+    compare_fn(
+        lambda x, t, *w: F.nll_loss(x, t, weight=w[0] if w else None, reduction=reduction, ignore_index=ignore_index),
+        x,
+        t,
+        *([w] if weighted else []),
+        grad_args=(0,),
+    )
+
+
+def test_nll_loss_unbatched_and_total_weight():
+    torch.manual_seed(1)
+    x = torch.randn(5)
+    t = torch.tensor(3)
+    w = torch.rand(5)
+    for red in (0, 1, 2):
+        with torch_tpu.set_fallback("error"):
+            out_t, tw_t = torch.ops.aten.nll_loss_forward(x.to("tpu"), t.to("tpu"), w.to("tpu"), red, -100)
+        out_c, tw_c = torch.ops.aten.nll_loss_forward(x, t, w, red, -100)
+        assert_same(out_t, out_c)
+        if red != 0:  # total_weight is not written for reduction none on CPU
+            assert_same(tw_t, tw_c)
+
+
+def test_nll_loss_all_ignored_mean_is_nan():
+    x = torch.randn(3, 4)
+    t = torch.full((3,), -100)
+    with torch_tpu.set_fallback("error"):
+        r = F.nll_loss(x.to("tpu"), t.to("tpu"))
+    assert math.isnan(r.item()) and math.isnan(F.nll_loss(x, t).item())
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_nll_loss2d(reduction):
+    torch.manual_seed(2)
+    x = torch.randn(2, 4, 3, 5)
+    t = torch.randint(0, 4, (2, 3, 5))
+    t[0, 0, 0] = 1
+    w = torch.rand(4)
+    compare_fn(lambda x, t, w: F.nll_loss(x, t, weight=w, reduction=reduction, ignore_index=1), x, t, w, grad_args=(0,))
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0])
+def test_cross_entropy(label_smoothing):
+    torch.manual_seed(3)
+    x = torch.randn(6, 10)
+    t = torch.randint(0, 10, (6,))
+    compare_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing), x, t)
+
+
+@pytest.mark.parametrize("ord", [2, 1, math.inf, -math.inf, 0, 3, 0.5])
+@pytest.mark.parametrize("dim,keepdim", [(None, False), ((1,), True), ((0, 2), False), (-1, False)])
+def test_vector_norm(ord, dim, keepdim):
+    torch.manual_seed(4)
+    x = torch.randn(3, 4, 5)
+    x[0, 0, 0] = 0
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    if ord in (2, 1):  # differentiable everywhere here; p's backward uses pow_ (CPU)
+        compare_fn(lambda x: torch.linalg.vector_norm(x, ord, dim, keepdim), x, tol=tol)
+    else:
+        with torch_tpu.set_fallback("error"):
+            got = torch.linalg.vector_norm(x.to("tpu"), ord, dim, keepdim)
+        assert_same(got, torch.linalg.vector_norm(x, ord, dim, keepdim), **tol)
+
+
+def test_vector_norm_dtype_and_nan():
+    x = torch.randn(4, 6)
+    with torch_tpu.set_fallback("error"):
+        assert_same(
+            torch.linalg.vector_norm(x.to("tpu"), dtype=torch.float64), torch.linalg.vector_norm(x, dtype=torch.float64)
+        )
+        xb = x.to(torch.bfloat16)
+        assert_same(torch.linalg.vector_norm(xb.to("tpu"), dim=1), torch.linalg.vector_norm(xb, dim=1))
+        x[1, 2] = float("nan")
+        for o in (math.inf, -math.inf, 2):
+            assert_same(torch.linalg.vector_norm(x.to("tpu"), o, 1), torch.linalg.vector_norm(x, o, 1), equal_nan=True)
+        assert_same(x.to("tpu").norm(p=3, dim=1), x.norm(p=3, dim=1), equal_nan=True)
+
+
+def test_dot_and_eye():
+    torch.manual_seed(5)
+    a, b = torch.randn(7), torch.randn(7)
+    compare_fn(torch.dot, a, b, tol={"rtol": 1e-5, "atol": 1e-5})
+    ai, bi = torch.randint(-5, 5, (6,)), torch.randint(-5, 5, (6,))
+    with torch_tpu.set_fallback("error"):
+        assert_same(torch.dot(ai.to("tpu"), bi.to("tpu")), torch.dot(ai, bi))
+        assert_same(torch.eye(3, device="tpu"), torch.eye(3))
+        assert_same(torch.eye(3, 5, device="tpu", dtype=torch.int32), torch.eye(3, 5, dtype=torch.int32))
+        assert_same(torch.eye(4, 2, device="tpu", dtype=torch.bool), torch.eye(4, 2, dtype=torch.bool))
+        out = torch.empty(1, device="tpu")
+        torch.eye(2, 3, out=out)
+        assert_same(out, torch.eye(2, 3))
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_mse_loss(reduction):
+    torch.manual_seed(6)
+    compare_fn(lambda a, b: F.mse_loss(a, b, reduction=reduction), torch.randn(4, 5), torch.randn(4, 5))
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (4, 3, 5, 2)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_training(shape, affine):
+    # Without weight, autograd asks native_batch_norm_backward for the input's
+    # grad only: that partial output_mask runs on CPU.
+    mode = "error" if affine else "cpu"
+    torch.manual_seed(7)
+    cls = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d}[len(shape)]
+    m_c = cls(3, affine=affine, momentum=0.3)
+    with torch.no_grad():
+        m_c.running_mean.uniform_(-1, 1)
+        m_c.running_var.uniform_(0.5, 2)
+        if affine:
+            m_c.weight.uniform_(0.5, 2)
+            m_c.bias.uniform_(-1, 1)
+    m_t = cls(3, affine=affine, momentum=0.3)
+    m_t.load_state_dict(m_c.state_dict())
+    m_t.to("tpu")
+    x = torch.randn(*shape) * 2 + 1
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    with torch_tpu.set_fallback(mode):
+        for _ in range(2):  # two steps: the running stats accumulate
+            xc = x.clone().requires_grad_()
+            xt = x.to("tpu").requires_grad_()
+            yc, yt = m_c(xc), m_t(xt)
+            assert_same(yt, yc, **tol)
+            g = torch.randn(*shape)
+            yc.backward(g)
+            yt.backward(g.to("tpu"))
+            assert_same(xt.grad, xc.grad, **tol)
+            if affine:
+                assert_same(m_t.weight.grad, m_c.weight.grad, **tol)
+                assert_same(m_t.bias.grad, m_c.bias.grad, **tol)
+            assert_same(m_t.running_mean, m_c.running_mean, **tol)
+            assert_same(m_t.running_var, m_c.running_var, **tol)
+        assert m_t.num_batches_tracked.item() == m_c.num_batches_tracked.item() == 2
+        # Evaluation uses the running stats.
+        m_c.eval()
+        m_t.eval()
+        xc = x.clone().requires_grad_()
+        xt = x.to("tpu").requires_grad_()
+        yc, yt = m_c(xc), m_t(xt)
+        assert_same(yt, yc, **tol)
+        yc.sum().backward()
+        yt.sum().backward()
+        assert_same(xt.grad, xc.grad, **tol)
+
+
+def test_batch_norm_no_running_stats_and_functional_ops():
+    torch.manual_seed(8)
+    x = torch.randn(5, 4, 3)
+    w, b = torch.rand(4) + 0.5, torch.randn(4)
+    rm, rv = torch.randn(4), torch.rand(4) + 0.5
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    compare_fn(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b, tol=tol)
+    with torch_tpu.set_fallback("error"):
+        got = torch.ops.aten._native_batch_norm_legit_functional(
+            x.to("tpu"), w.to("tpu"), b.to("tpu"), rm.to("tpu"), rv.to("tpu"), True, 0.1, 1e-5
+        )
+        want = torch.ops.aten._native_batch_norm_legit_functional(x, w, b, rm, rv, True, 0.1, 1e-5)
+        for a, e in zip(got, want, strict=True):
+            assert_same(a, e, **tol)
+        got = torch.ops.aten._native_batch_norm_legit_no_training(
+            x.to("tpu"), w.to("tpu"), b.to("tpu"), rm.to("tpu"), rv.to("tpu"), 0.1, 1e-5
+        )
+        want = torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.1, 1e-5)
+        # Only the output: CPU returns empty saved statistics, the meta kernel
+        # (and so tpu) [C]-shaped ones; evaluation's backward does not read them.
+        assert_same(got[0], want[0], **tol)
+        rm_t, rv_t = rm.to("tpu"), rv.to("tpu")
+        xt, wt, bt = x.to("tpu"), w.to("tpu"), b.to("tpu")
+        got = torch.ops.aten._native_batch_norm_legit(xt, wt, bt, rm_t, rv_t, True, 0.1, 1e-5)
+        want = torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, True, 0.1, 1e-5)
+        for a, e in zip(got, want, strict=True):
+            assert_same(a, e, **tol)
+        assert_same(rm_t, rm, **tol)
+        assert_same(rv_t, rv, **tol)
+
+
+def test_mlp_classifier_training_matches_cpu():
+    torch.manual_seed(9)
+    model_c = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model_t = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model_t.load_state_dict(model_c.state_dict())
+    model_t.to("tpu")
+    opt_c = torch.optim.SGD(model_c.parameters(), lr=0.1, momentum=0.9)
+    opt_t = torch.optim.SGD(model_t.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(32, 8)
+    y = torch.randint(0, 4, (32,))
+    xt, yt = x.to("tpu"), y.to("tpu")
+    losses_c, losses_t = [], []
+    with torch_tpu.set_fallback("error"):
+        for _ in range(5):
+            for model, opt, xx, yy, losses in (
+                (model_c, opt_c, x, y, losses_c),
+                (model_t, opt_t, xt, yt, losses_t),
+            ):
+                opt.zero_grad()
+                loss = F.cross_entropy(model(xx), yy)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+                opt.step()
+                losses.append(loss.item())
+    torch.testing.assert_close(torch.tensor(losses_t), torch.tensor(losses_c), rtol=1e-4, atol=1e-6)
+    assert losses_c[-1] < losses_c[0]
