@@ -28,18 +28,18 @@ std::string op_name(const c10::OperatorHandle& op) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& why) {
   std::string name = op_name(op);
-  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_raises.load(), "torch_tpu: ", name,
-                              " has no tpu lowering (and the CPU fallback is off: TORCH_TPU_FALLBACK=error). "
+  TORCH_CHECK_NOT_IMPLEMENTED(!fallback_raises.load(), "torch_tpu: ", name, " has no tpu lowering", why,
+                              " (and the CPU fallback is off: TORCH_TPU_FALLBACK=error). "
                               "Move the tensors to CPU for this op (x.cpu()), or add a rule in csrc/lowering/.");
   {
     static std::mutex mutex;
     static std::set<std::string> warned;
     std::lock_guard<std::mutex> lock(mutex);
     if (warned.insert(name).second)
-      TORCH_WARN("torch_tpu: ", name,
-                 " has no tpu lowering; it runs on CPU with copies in and out. "
+      TORCH_WARN("torch_tpu: ", name, " has no tpu lowering", why,
+                 "; it runs on CPU with copies in and out. "
                  "Set TORCH_TPU_FALLBACK=error to raise instead.");
   }
   auto& runtime = runtime::Runtime::get();
@@ -48,9 +48,13 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback_with_reason(op, stack, ""); }
+
 }  // namespace
 
-void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { cpu_fallback(op, stack); }
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& why) {
+  fallback_with_reason(op, stack, why);
+}
 
 void set_fallback_raises(bool raises) { fallback_raises.store(raises); }
 bool fallback_raises_errors() { return fallback_raises.load(); }

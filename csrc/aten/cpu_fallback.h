@@ -2,10 +2,13 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <string>
+
 namespace torch_tpu::aten {
 // Runs `op` on CPU (or raises when the fallback is off): for ops whose
 // lowering declines a particular use.
-void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// `why` says what is missing, e.g. "for this use (a boolean mask)".
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& why);
 
 // Whether an op without a lowering raises (true) or runs on CPU (false).
 void set_fallback_raises(bool raises);

@@ -338,7 +338,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
-  if (has_index_mask(args)) return run_cpu_fallback(op, stack);
+  if (has_index_mask(args)) return run_cpu_fallback(op, stack, " for boolean-mask indices");
 
   std::string key;
   key.reserve(128);
@@ -489,8 +489,8 @@ void check_finite(const std::string& op, const std::vector<Input>& inputs, const
 void general_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   try {
     lowered_kernel(op, stack);
-  } catch (const lowering::Declined&) {
-    run_cpu_fallback(op, stack);
+  } catch (const lowering::Declined& e) {
+    run_cpu_fallback(op, stack, std::string(" for this use (") + e.what() + ")");
   }
 }
 
