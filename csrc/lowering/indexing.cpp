@@ -132,17 +132,8 @@ Value identity(Builder& b, ScatterCombine combine, const TensorType& type) {
     case ScatterCombine::Multiply: return b.constant(1, type);
     default: break;
   }
-  const bool highest = combine == ScatterCombine::Minimum;
-  if (stablehlo::is_float(type.dtype)) return b.constant(highest ? INFINITY : -INFINITY, type);
-  auto limit = [&](int64_t lo, int64_t hi) { return b.constant_int(highest ? hi : lo, type); };
-  switch (type.dtype) {
-    case DType::Bool: return limit(0, 1);
-    case DType::UInt8: return limit(0, 255);
-    case DType::Int8: return limit(INT8_MIN, INT8_MAX);
-    case DType::Int16: return limit(INT16_MIN, INT16_MAX);
-    case DType::Int32: return limit(INT32_MIN, INT32_MAX);
-    default: return limit(INT64_MIN, INT64_MAX);
-  }
+  Value v = combine == ScatterCombine::Minimum ? highest(b, type.dtype) : lowest(b, type.dtype);
+  return b.broadcast_to(v, type.shape);
 }
 
 // self with src (argument 3, a tensor cut to index's shape, or a Scalar)

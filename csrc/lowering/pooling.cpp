@@ -69,19 +69,6 @@ Value first_windows(Builder& b, const Value& v, const Shape& out) {
 
 std::vector<Value> add_body(Builder& r, const std::vector<Value>& a) { return {r.binary(Binary::Add, a[0], a[1])}; }
 
-// The smallest value of a dtype: what max pooling's padding holds.
-Value lowest(Builder& b, DType t) {
-  switch (t) {
-    case DType::Bool:
-    case DType::UInt8: return b.constant_int(0, {t, {}});
-    case DType::Int8: return b.constant_int(INT8_MIN, {t, {}});
-    case DType::Int16: return b.constant_int(INT16_MIN, {t, {}});
-    case DType::Int32: return b.constant_int(INT32_MIN, {t, {}});
-    case DType::Int64: return b.constant_int(INT64_MIN, {t, {}});
-    default: return b.scalar(-INFINITY, t);
-  }
-}
-
 // The flat index of each element within its spatial plane (or volume).
 Value plane_index(Builder& b, const Shape& shape, size_t lead) {
   TensorType t{DType::Int64, shape};

@@ -79,30 +79,6 @@ std::vector<Value> mean_all(LoweringContext& c) {
 using stablehlo::Compare;
 using stablehlo::Unary;
 
-// The smallest / largest value of a dtype: the identity of max / min.
-Value lowest(Builder& b, DType t) {
-  switch (t) {
-    case DType::Bool: return b.constant_int(0, {t, {}});
-    case DType::UInt8: return b.constant_int(0, {t, {}});
-    case DType::Int8: return b.constant_int(INT8_MIN, {t, {}});
-    case DType::Int16: return b.constant_int(INT16_MIN, {t, {}});
-    case DType::Int32: return b.constant_int(INT32_MIN, {t, {}});
-    case DType::Int64: return b.constant_int(INT64_MIN, {t, {}});
-    default: return b.scalar(-INFINITY, t);
-  }
-}
-Value highest(Builder& b, DType t) {
-  switch (t) {
-    case DType::Bool: return b.constant_int(1, {t, {}});
-    case DType::UInt8: return b.constant_int(UINT8_MAX, {t, {}});
-    case DType::Int8: return b.constant_int(INT8_MAX, {t, {}});
-    case DType::Int16: return b.constant_int(INT16_MAX, {t, {}});
-    case DType::Int32: return b.constant_int(INT32_MAX, {t, {}});
-    case DType::Int64: return b.constant_int(INT64_MAX, {t, {}});
-    default: return b.scalar(INFINITY, t);
-  }
-}
-
 Value is_nan(Builder& b, const Value& x) { return b.compare(Compare::NE, x, x); }
 
 // PyTorch's meta kernels let these through; its CPU kernels raise.

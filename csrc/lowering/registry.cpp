@@ -1,5 +1,7 @@
 #include "lowering/registry.h"
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 
@@ -97,6 +99,29 @@ DType promote(DType a, bool a_scalar, DType b, bool b_scalar) {
   DType tensor = a_scalar ? b : a, scalar = a_scalar ? a : b;
   if (category(scalar) <= category(tensor)) return tensor;
   return category(scalar) == 2 ? DType::Float32 : DType::Int64;
+}
+
+Value lowest(Builder& b, DType t) {
+  switch (t) {
+    case DType::Bool: return b.constant_int(0, {t, {}});
+    case DType::UInt8: return b.constant_int(0, {t, {}});
+    case DType::Int8: return b.constant_int(INT8_MIN, {t, {}});
+    case DType::Int16: return b.constant_int(INT16_MIN, {t, {}});
+    case DType::Int32: return b.constant_int(INT32_MIN, {t, {}});
+    case DType::Int64: return b.constant_int(INT64_MIN, {t, {}});
+    default: return b.scalar(-INFINITY, t);
+  }
+}
+Value highest(Builder& b, DType t) {
+  switch (t) {
+    case DType::Bool: return b.constant_int(1, {t, {}});
+    case DType::UInt8: return b.constant_int(UINT8_MAX, {t, {}});
+    case DType::Int8: return b.constant_int(INT8_MAX, {t, {}});
+    case DType::Int16: return b.constant_int(INT16_MAX, {t, {}});
+    case DType::Int32: return b.constant_int(INT32_MAX, {t, {}});
+    case DType::Int64: return b.constant_int(INT64_MAX, {t, {}});
+    default: return b.scalar(INFINITY, t);
+  }
 }
 
 int64_t normalize_dim(int64_t dim, int64_t rank) {

@@ -95,6 +95,11 @@ struct RuleRegistrar {
 // tensor or a Python scalar (which only lift the category, never the width).
 DType promote(DType a, bool a_scalar, DType b, bool b_scalar);
 
+// The smallest / largest value of a dtype (0-d): the identities of max / min,
+// and what max pooling pads with. -inf / +inf for floats.
+Value lowest(Builder& b, DType t);
+Value highest(Builder& b, DType t);
+
 // A dimension argument normalized to [0, rank).
 int64_t normalize_dim(int64_t dim, int64_t rank);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,29 @@ std::vector<U> run(stablehlo::Builder& b, const stablehlo::Value& result,
   std::vector<U> host(result.type.numel());
   out[0]->to_host(host.data(), host.size() * sizeof(U));
   return host;
+}
+
+// Runs b's module returning `results` on one input of type `param`; returns
+// every output's raw bytes, so a test reads each with its own element type.
+inline std::vector<std::vector<char>> run_all(stablehlo::Builder& b, const std::vector<stablehlo::Value>& results,
+                                              const stablehlo::TensorType& param, const std::vector<float>& input) {
+  auto exe = client().compile(b.module(results), pjrt::single_device_compile_options());
+  auto buffer = client().buffer_from_host(input.data(), pjrt_type_of(param.dtype), param.shape, client().devices()[0]);
+  auto out = exe->execute({buffer->raw()}, client().devices()[0]);
+  std::vector<std::vector<char>> host;
+  for (size_t k = 0; k < results.size(); ++k) {
+    host.emplace_back(results[k].type.numel() * stablehlo::byte_size(results[k].dtype()));
+    out[k]->to_host(host.back().data(), host.back().size());
+  }
+  return host;
+}
+
+// Raw output bytes as elements of T.
+template <class T>
+std::vector<T> as(const std::vector<char>& bytes) {
+  std::vector<T> v(bytes.size() / sizeof(T));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
 }
 
 }  // namespace torch_tpu::test

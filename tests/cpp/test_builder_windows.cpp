@@ -18,27 +18,8 @@ using stablehlo::Value;
 
 std::vector<Value> add_body(Builder& r, const std::vector<Value>& a) { return {r.binary(Binary::Add, a[0], a[1])}; }
 
-// Runs b's module on one float32 input; returns every output's raw bytes.
-std::vector<std::vector<char>> run_all(Builder& b, const std::vector<Value>& results, const TensorType& param,
-                                       const std::vector<float>& input) {
-  auto exe = test::client().compile(b.module(results), pjrt::single_device_compile_options());
-  auto buffer = test::client().buffer_from_host(input.data(), test::pjrt_type_of(param.dtype), param.shape,
-                                                test::client().devices()[0]);
-  auto out = exe->execute({buffer->raw()}, test::client().devices()[0]);
-  std::vector<std::vector<char>> host;
-  for (size_t k = 0; k < results.size(); ++k) {
-    host.emplace_back(results[k].type.numel() * stablehlo::byte_size(results[k].dtype()));
-    out[k]->to_host(host.back().data(), host.back().size());
-  }
-  return host;
-}
-
-template <class T>
-std::vector<T> as(const std::vector<char>& bytes) {
-  std::vector<T> v(bytes.size() / sizeof(T));
-  std::memcpy(v.data(), bytes.data(), bytes.size());
-  return v;
-}
+using test::as;
+using test::run_all;
 
 TEST(StableHloWindowText, GoldenReduceWindow) {
   Builder b;
