@@ -257,17 +257,43 @@ c10::IValue to_meta(const c10::IValue& v) {
   return v;
 }
 
-// A boolean (or uint8) mask among an op's index tensors makes the result's
-// shape depend on the data: such a call runs on the CPU fallback.
-bool has_index_mask(const std::vector<c10::IValue>& args) {
-  for (const auto& v : args) {
-    if (!v.isOptionalTensorList()) continue;
-    for (const auto& t : v.toOptionalTensorList()) {
+// A boolean (or uint8) mask among the index tensors of index / index_put
+// makes the shape depend on the data. As PyTorch does, each k-dim mask
+// becomes k int64 index tensors, its nonzero() coordinates (computed on the
+// device with one sync), and the op proceeds with int indices.
+void expand_index_masks(std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  const size_t n = args.size();
+  for (size_t a = 0; a < n; ++a) {
+    if (!args[a].isOptionalTensorList()) continue;
+    bool any_mask = false;
+    for (const auto& t : args[a].toOptionalTensorList()) {
       const std::optional<at::Tensor>& ot = t;
-      if (ot && ot->defined() && (ot->scalar_type() == at::kBool || ot->scalar_type() == at::kByte)) return true;
+      any_mask |= ot && ot->defined() && (ot->scalar_type() == at::kBool || ot->scalar_type() == at::kByte);
     }
+    if (!any_mask) continue;
+    const at::Tensor& self = args[0].toTensor();
+    c10::List<std::optional<at::Tensor>> expanded;
+    int64_t dim = 0;
+    for (const auto& t : args[a].toOptionalTensorList()) {
+      const std::optional<at::Tensor>& ot = t;
+      if (!ot || !ot->defined() || (ot->scalar_type() != at::kBool && ot->scalar_type() != at::kByte)) {
+        expanded.push_back(ot);
+        ++dim;
+        continue;
+      }
+      const at::Tensor& mask = *ot;
+      for (int64_t j = 0; j < mask.dim(); ++j) {
+        TORCH_CHECK_INDEX(dim + j < self.dim() && mask.size(j) == self.size(dim + j), "The shape of the mask ",
+                          mask.sizes(), " at index ", j, " does not match the shape of the indexed tensor ",
+                          self.sizes(), " at index ", dim + j);
+      }
+      at::Tensor coords = at::nonzero(mask.scalar_type() == at::kBool ? mask : mask.to(at::kBool));
+      for (int64_t j = 0; j < mask.dim(); ++j) expanded.push_back(coords.select(1, j));
+      dim += mask.dim();
+    }
+    args[a] = expanded;
+    (*stack)[stack->size() - n + a] = args[a];
   }
-  return false;
 }
 
 std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
@@ -338,7 +364,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
-  if (has_index_mask(args)) return run_cpu_fallback(op, stack, " for boolean-mask indices");
+  expand_index_masks(args, stack);
 
   std::string key;
   key.reserve(128);

@@ -224,14 +224,26 @@ def test_index_with_int32_and_list_indices():
     assert_same(y, z)
 
 
-def test_index_with_a_bool_mask_declines_to_the_fallback():
+def test_bool_mask_indexing_runs_on_the_device():
+    # Each mask becomes its nonzero() coordinates (one sync), then int indexing.
     x = rand(3, 4)
     mask = x > 0
-    with pytest.raises(NotImplementedError, match="aten::index"):
-        tpu(x)[tpu(mask)]
-    with torch_tpu.set_fallback("cpu"):
-        out = tpu(x)[tpu(mask)]
-    assert_same(out, x[mask])
+    assert_same(tpu(x)[tpu(mask)], x[mask])
+    assert_same(tpu(x)[:, tpu(mask[0])], x[:, mask[0]])
+    assert_same(tpu(x)[tpu(mask[:, 0]), 1:], x[mask[:, 0], 1:])
+    assert_same(tpu(x)[tpu(mask & False)], x[mask & False])
+    y, z = x.clone(), tpu(x)
+    y[mask] = 0.0
+    z[tpu(mask)] = 0.0
+    assert_same(z, y)
+    y[y < 0.5] += 2.0
+    z[z < 0.5] += 2.0
+    assert_same(z, y)
+
+
+def test_bool_mask_of_the_wrong_shape_raises_index_error():
+    with pytest.raises(IndexError, match="shape of the mask"):
+        tpu(rand(3, 4))[torch.ones(4, dtype=torch.bool, device="tpu")]
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
