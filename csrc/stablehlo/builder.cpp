@@ -941,4 +941,51 @@ std::vector<Value> Builder::reduce_window(const std::vector<Value>& xs, const st
   return emit_results("reduce_window", all, attrs, results, text);
 }
 
+// ------------------------------------------------------------------ constants of given elements
+
+namespace {
+
+// The literals of a dense attribute nested by `shape`: [[a, b], [c, d]].
+void nest(const std::vector<std::string>& literals, const Shape& shape, size_t dim, size_t& next, std::string& out) {
+  if (dim == shape.size()) {
+    out += literals[next++];
+    return;
+  }
+  out += "[";
+  for (int64_t i = 0; i < shape[dim]; ++i) {
+    if (i) out += ", ";
+    nest(literals, shape, dim + 1, next, out);
+  }
+  out += "]";
+}
+
+}  // namespace
+
+Value Builder::constant_elements(const std::vector<std::string>& literals, const TensorType& type) {
+  if (static_cast<int64_t>(literals.size()) != type.numel())
+    throw std::invalid_argument("constant_array: " + std::to_string(literals.size()) + " values for " + type.str());
+  std::string text;
+  size_t next = 0;
+  nest(literals, type.shape, 0, next, text);
+  return emit("constant", {}, "value = dense<" + text + "> : " + type.str(), type);
+}
+
+Value Builder::constant_array(const std::vector<double>& values, const TensorType& type) {
+  std::vector<std::string> literals;
+  literals.reserve(values.size());
+  for (double v : values) literals.push_back(literal(v, type.dtype));
+  return constant_elements(literals, type);
+}
+
+Value Builder::constant_array_int(const std::vector<int64_t>& values, const TensorType& type) {
+  std::vector<std::string> literals;
+  literals.reserve(values.size());
+  for (int64_t v : values)
+    literals.push_back(is_float(type.dtype)         ? literal(static_cast<double>(v), type.dtype)
+                       : type.dtype == DType::Bool  ? (v ? "true" : "false")
+                       : type.dtype == DType::UInt8 ? std::to_string(static_cast<uint8_t>(v))
+                                                    : std::to_string(v));
+  return constant_elements(literals, type);
+}
+
 }  // namespace torch_tpu::stablehlo

@@ -249,6 +249,16 @@ class Builder {
                                    const std::vector<int64_t>& base_dilations,
                                    const std::vector<int64_t>& window_dilations,
                                    const std::vector<std::pair<int64_t, int64_t>>& padding, const RegionBody& body);
+
+  // ---- Constants of given elements.
+ public:
+  // A constant holding `values` (row-major, one per element of `type`), each
+  // converted to `type.dtype` and written exactly as the splat constant writes it.
+  Value constant_array(const std::vector<double>& values, const TensorType& type);
+  Value constant_array_int(const std::vector<int64_t>& values, const TensorType& type);
+
+ private:
+  Value constant_elements(const std::vector<std::string>& literals, const TensorType& type);
 };
 
 }  // namespace torch_tpu::stablehlo

@@ -1,0 +1,111 @@
+"""Upsampling (nearest, nearest-exact, linear/bilinear/trilinear) through its
+lowering rules, forward and backward via autograd, compared against CPU PyTorch.
+
+Every test runs with the CPU fallback off, so an op without a rule fails here.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same
+
+import torch_tpu
+
+
+@pytest.fixture(autouse=True)
+def no_fallback():
+    with torch_tpu.set_fallback("error"):
+        yield
+
+
+def check_with_grad(fn, x, **tol):
+    """fn on a tpu copy of x vs on x, then x.grad of sum(out * w) for a random w."""
+    torch.manual_seed(0)
+    grad = x.dtype.is_floating_point
+    cpu = x.detach().clone().requires_grad_(grad)
+    dev = x.detach().to("tpu").requires_grad_(grad)
+    want, got = fn(cpu), fn(dev)
+    assert_same(got, want.detach(), **tol)
+    if not grad:
+        return
+    weight = torch.randn(want.shape, dtype=x.dtype)
+    (want * weight).sum().backward()
+    (got * weight.to("tpu")).sum().backward()
+    assert_same(dev.grad, cpu.grad, **tol)
+
+
+# (input spatial size, size= or scale_factor=) in 2-d: up, down, non-integer ratios, identity.
+CASES_2D = [
+    ((4, 5), {"size": (8, 10)}),
+    ((4, 5), {"size": (7, 3)}),
+    ((6, 9), {"size": (4, 4)}),
+    ((5, 5), {"size": (5, 12)}),
+    ((3, 4), {"size": (1, 1)}),
+    ((4, 5), {"scale_factor": 2}),
+    ((4, 5), {"scale_factor": 1.7}),
+    ((7, 6), {"scale_factor": (0.6, 2.3)}),
+    ((8, 8), {"scale_factor": 0.5}),
+    ((5, 7), {"scale_factor": 1.5, "recompute_scale_factor": True}),
+]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize(("spatial", "kw"), CASES_2D)
+def test_nearest_2d(mode, spatial, kw):
+    x = torch.randn(2, 3, *spatial)
+    check_with_grad(lambda t: F.interpolate(t, mode=mode, **kw), x)
+
+
+@pytest.mark.parametrize("mode", ["bilinear"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize(("spatial", "kw"), CASES_2D)
+def test_bilinear_2d(mode, align_corners, spatial, kw):
+    x = torch.randn(2, 3, *spatial)
+    check_with_grad(lambda t: F.interpolate(t, mode=mode, align_corners=align_corners, **kw), x)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("kw", [{"size": 11}, {"size": 3}, {"scale_factor": 2.5}, {"scale_factor": 0.7}])
+def test_linear_1d(align_corners, kw):
+    x = torch.randn(2, 3, 6)
+    check_with_grad(lambda t: F.interpolate(t, mode="linear", align_corners=align_corners, **kw), x)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("kw", [{"size": (5, 7, 3)}, {"scale_factor": 1.5}, {"scale_factor": (2, 0.5, 1)}])
+def test_trilinear_3d(align_corners, kw):
+    x = torch.randn(1, 2, 3, 4, 5)
+    check_with_grad(lambda t: F.interpolate(t, mode="trilinear", align_corners=align_corners, **kw), x)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("kw", [{"size": 11}, {"scale_factor": 0.6}, {"size": (5, 7, 3)}])
+def test_nearest_1d_3d(mode, kw):
+    shape = (2, 3, 6) if "scale_factor" in kw or isinstance(kw["size"], int) else (1, 2, 3, 4, 5)
+    check_with_grad(lambda t: F.interpolate(t, mode=mode, **kw), torch.randn(*shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_bilinear_float_and_double(dtype):
+    # Indices and weights match PyTorch's bit for bit; the sums may differ by an ulp.
+    x = torch.arange(2 * 3 * 5 * 7, dtype=dtype).reshape(2, 3, 5, 7) / 7
+    check_with_grad(lambda t: F.interpolate(t, size=(9, 4), mode="bilinear"), x)
+    check_with_grad(lambda t: F.interpolate(t, scale_factor=1.3, mode="bilinear", align_corners=True), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.bfloat16])
+def test_nearest_other_dtypes(dtype):
+    x = torch.randint(0, 100, (2, 3, 5, 6)).to(dtype)
+    check_with_grad(lambda t: F.interpolate(t, scale_factor=1.6, mode="nearest"), x)
+
+
+def test_empty_batch():
+    x = torch.randn(0, 3, 4, 5)
+    check_with_grad(lambda t: F.interpolate(t, size=(7, 3), mode="bilinear"), x)
+    # (nearest with an empty batch trips PyTorch's own meta function: torch._check of an int)
+
+
+def test_upsample_modules():
+    x = torch.randn(1, 2, 4, 4)
+    check_with_grad(torch.nn.UpsamplingBilinear2d(scale_factor=2), x)
+    check_with_grad(torch.nn.UpsamplingNearest2d(size=(6, 10)), x)
