@@ -9,7 +9,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
-#include <charconv>
 #include <mutex>
 #include <unordered_map>
 
@@ -129,22 +128,6 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
   auto plan = make_plan(op);
   TORCH_CHECK(plan, "torch_tpu: no lowering for ", full_name(op.operator_name()));
   return plans.emplace(&op.schema(), std::move(*plan)).first->second;
-}
-
-// Appends "2,3,4" without temporaries: the key is built on every op call.
-void append_dims(std::string& key, at::IntArrayRef v) {
-  char buf[24];
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) key += ',';
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v[i]);
-    key.append(buf, end);
-  }
-}
-
-std::string dims_key(at::IntArrayRef v) {
-  std::string s;
-  append_dims(s, v);
-  return s;
 }
 
 [[noreturn]] void device_mismatch(const std::string& op, const c10::Device& a, const c10::Device& b) {

@@ -2,6 +2,8 @@
 
 #include <ATen/EmptyTensor.h>
 
+#include <charconv>
+
 #include "lowering/registry.h"
 
 namespace torch_tpu::aten {
@@ -9,12 +11,6 @@ namespace {
 
 using runtime::Runtime;
 using stablehlo::TensorType;
-
-std::string dims_key(at::IntArrayRef v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
 
 bool covers_storage(const at::Tensor& t, const DeviceStorage& s) {
   return t.storage_offset() == 0 && t.is_contiguous() && static_cast<size_t>(t.numel()) * t.element_size() == s.nbytes;
@@ -80,6 +76,21 @@ DeviceStorage& storage_of(const at::Tensor& t) {
 }
 
 int device_index(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }
+
+void append_dims(std::string& key, at::IntArrayRef v) {
+  char buf[24];
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) key += ',';
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v[i]);
+    key.append(buf, end);
+  }
+}
+
+std::string dims_key(at::IntArrayRef v) {
+  std::string s;
+  append_dims(s, v);
+  return s;
+}
 
 std::string layout_key(const at::Tensor& t) {
   return dims_key(t.sizes()) + ":" + dims_key(t.strides()) + "@" + std::to_string(t.storage_offset());

@@ -31,7 +31,12 @@ at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarT
 pjrt::BufferPtr upload(const at::Tensor& cpu, int device);  // cpu must be contiguous
 at::Tensor download(const at::Tensor& t);                   // a contiguous CPU tensor
 
-// The shape/strides part of a program key: "2x3:3,1@0".
+// "2,3,4": sizes as program keys and messages spell them.
+std::string dims_key(at::IntArrayRef v);
+// Appends dims_key(v) to `key` without temporaries (the per-op path).
+void append_dims(std::string& key, at::IntArrayRef v);
+
+// The shape/strides part of a program key: "2,3:3,1@0".
 std::string layout_key(const at::Tensor& t);
 
 }  // namespace torch_tpu::aten

@@ -474,17 +474,18 @@ Value Builder::reduce(const Value& x, const Value& init, const std::vector<int64
   return emit("reduce", {x, init}, "dimensions = " + i64_array(dims), {x.dtype(), shape}, region);
 }
 
+// The 1-D forms the storage model and nonzero use: the general gather and
+// scatter with one collapsed dimension and an index vector of length 1.
 Value Builder::gather_1d(const Value& operand, const Value& indices) {
   if (operand.rank() != 1 || is_float(indices.dtype()) || indices.dtype() == DType::Bool)
     refuse("gather", "needs a 1-D operand and integer indices", {operand, indices});
   Shape with_vector = indices.shape();
   with_vector.push_back(1);
-  Value idx = reshape(indices, with_vector);
-  std::string attrs =
-      "dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [0], start_index_map = [0], "
-      "index_vector_dim = " +
-      std::to_string(indices.rank()) + ">, indices_are_sorted = false, slice_sizes = array<i64: 1>";
-  return emit("gather", {operand, idx}, attrs, {operand.dtype(), indices.shape()});
+  GatherDims dims;
+  dims.collapsed_slice_dims = {0};
+  dims.start_index_map = {0};
+  dims.index_vector_dim = indices.rank();
+  return gather(operand, reshape(indices, with_vector), dims, {1});
 }
 
 Value Builder::scatter_1d(const Value& operand, const Value& indices, const Value& updates) {
@@ -494,15 +495,11 @@ Value Builder::scatter_1d(const Value& operand, const Value& indices, const Valu
            {operand, indices, updates});
   Shape with_vector = indices.shape();
   with_vector.push_back(1);
-  Value idx = reshape(indices, with_vector);
-  std::string t = TensorType{operand.dtype(), {}}.str(), a = fresh(), b = fresh();
-  std::string region = "{\n    ^bb0(" + a + ": " + t + ", " + b + ": " + t + "):\n      \"stablehlo.return\"(" + b +
-                       ") : (" + t + ") -> ()\n    }";
-  std::string attrs =
-      "scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], "
-      "scatter_dims_to_operand_dims = [0], index_vector_dim = " +
-      std::to_string(indices.rank()) + ">, indices_are_sorted = false, unique_indices = false";
-  return emit("scatter", {operand, idx, updates}, attrs, operand.type, region);
+  ScatterDims dims;
+  dims.inserted_window_dims = {0};
+  dims.scatter_dims_to_operand_dims = {0};
+  dims.index_vector_dim = indices.rank();
+  return scatter(operand, reshape(indices, with_vector), updates, dims, ScatterCombine::Replace);
 }
 
 Value Builder::broadcast_to(const Value& x, const Shape& shape) {
