@@ -25,6 +25,14 @@ using stablehlo::TensorType;
 
 constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
+// How a Scalar argument enters the program. Its value is first part of the
+// program's key (a constant XLA can fold); after kDynamicAfter distinct values
+// it becomes a runtime input instead, so a learning rate or a bias correction
+// that changes every step does not compile a program per step. A rule that
+// needs the value at compile time (NeedsStaticScalar) pins it to Static.
+enum class ScalarUse : uint8_t { None, Tracking, Dynamic, Static };
+constexpr size_t kDynamicAfter = 3;
+
 // How an op maps onto a rule, resolved once per op.
 struct OpPlan {
   std::string name;  // "aten::add_.Tensor"
@@ -36,7 +44,27 @@ struct OpPlan {
   // stats): the rule returns their new values after the outputs, one per
   // argument that is a defined tensor, in argument order.
   std::vector<int> mutated;
+  // An in-place op that returns nothing (_foreach_add_): the functional op's
+  // outputs are the new values of the written arguments.
+  bool writes_from_functional = false;
+  bool returns_list = false;  // one Tensor[] return (_foreach_norm)
+  // Per argument; guarded by scalar_mutex once the plan is shared.
+  std::vector<ScalarUse> scalar_use;
+  std::vector<std::vector<double>> seen_values;
 };
+
+std::mutex scalar_mutex;
+
+bool is_number_type(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::NumberType; }
+
+ScalarUse initial_scalar_use(const c10::Argument& a) {
+  const auto& t = a.type();
+  if (is_number_type(t)) return ScalarUse::Tracking;
+  if (auto opt = t->cast<c10::OptionalType>(); opt && is_number_type(opt->getElementType())) return ScalarUse::Tracking;
+  // Scalar[] (a foreach op's per-tensor values) changes with every step.
+  if (auto list = t->cast<c10::ListType>(); list && is_number_type(list->getElementType())) return ScalarUse::Dynamic;
+  return ScalarUse::None;
+}
 
 std::string full_name(const c10::OperatorName& n) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
@@ -55,7 +83,7 @@ std::vector<std::string> argument_names(const c10::FunctionSchema& s, bool skip_
 std::optional<c10::OperatorHandle> functional_counterpart(const c10::FunctionSchema& s) {
   auto& dispatcher = c10::Dispatcher::singleton();
   const std::string& name = s.name();
-  if (s.is_mutable() && !name.empty() && name.back() == '_' && s.returns().size() == 1) {
+  if (s.is_mutable() && !name.empty() && name.back() == '_' && s.returns().size() <= 1) {
     auto op = dispatcher.findOp({name.substr(0, name.size() - 1), s.overload_name()});
     if (!op || !lowering::find_rule(full_name(op->operator_name()))) return std::nullopt;
     // Same arguments, same types: pow_.Scalar(Tensor self, Scalar exponent)
@@ -114,10 +142,17 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
       continue;
     plan.mutated.push_back(static_cast<int>(i));
   }
+  plan.writes_from_functional = plan.functional && s.returns().empty();
+  plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
+  // arange's Scalars decide its output shape: they stay in the key.
+  const bool shape_from_scalars = s.name() == "aten::arange" || s.name() == "aten::range";
+  for (const auto& a : s.arguments())
+    plan.scalar_use.push_back(shape_from_scalars ? ScalarUse::Static : initial_scalar_use(a));
+  plan.seen_values.resize(s.arguments().size());
   return plan;
 }
 
-const OpPlan& plan_for(const c10::OperatorHandle& op) {
+OpPlan& plan_for(const c10::OperatorHandle& op) {
   // Ops also run on autograd's device threads. Plans are never erased, so a
   // reference stays valid after the lock is released.
   static std::mutex mutex;
@@ -140,7 +175,52 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
 struct Input {
   at::Tensor tensor;
   bool on_host = false;
+  bool dynamic_scalar = false;  // a Scalar argument's value (describe_dynamic)
 };
+
+// The use of Scalar argument `i` for this call, recording its value.
+ScalarUse scalar_use(OpPlan& plan, size_t i, const c10::IValue& v) {
+  if (plan.scalar_use[i] == ScalarUse::None || v.isNone()) return ScalarUse::None;
+  std::lock_guard<std::mutex> lock(scalar_mutex);
+  ScalarUse& use = plan.scalar_use[i];
+  if (use != ScalarUse::Tracking || !(v.isDouble() || v.isInt() || v.isBool())) return use;
+  double x = v.isDouble() ? v.toDouble() : v.isInt() ? static_cast<double>(v.toInt()) : v.toBool();
+  auto& seen = plan.seen_values[i];
+  if (std::find(seen.begin(), seen.end(), x) != seen.end()) return use;
+  seen.push_back(x);
+  if (seen.size() >= kDynamicAfter) use = ScalarUse::Dynamic;
+  return use;
+}
+
+// A dynamic Scalar or Scalar[] becomes a host input: a 0-d (or 1-D) CPU
+// tensor uploaded with the call. Doubles travel as float32 unless the op
+// reads float64 tensors (decided in lowered_kernel, after every argument).
+void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>& inputs) {
+  auto kind_of = [](const c10::IValue& x) { return x.isDouble() ? 'd' : x.isBool() ? 'b' : 'i'; };
+  if (v.isList()) {
+    std::vector<double> values;
+    char kind = 'i';
+    for (const c10::IValue& x : v.toListRef()) {
+      TORCH_CHECK_TYPE(!x.isComplexDouble(), "torch_tpu: complex scalars are not supported on tpu.");
+      values.push_back(x.isDouble() ? x.toDouble() : x.isBool() ? x.toBool() : static_cast<double>(x.toInt()));
+      if (kind_of(x) == 'd') kind = 'd';
+    }
+    key += "S";
+    key += kind;
+    key += std::to_string(values.size()) + ";";
+    at::Tensor t = at::tensor(values, at::kDouble);
+    inputs.push_back({kind == 'd' ? t : t.to(at::kLong), true, true});
+    return;
+  }
+  TORCH_CHECK_TYPE(!v.isComplexDouble(), "torch_tpu: complex scalars are not supported on tpu.");
+  key += "S";
+  key += kind_of(v);
+  key += ";";
+  at::Tensor t = v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
+                 : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
+                              : at::scalar_tensor(v.toInt(), at::kLong);
+  inputs.push_back({t, true, true});
+}
 
 // Converts one argument: appends its part of the key, records tensor inputs.
 void describe(const c10::IValue& v, bool is_out, const std::string& op, std::string& key, std::vector<Input>& inputs,
@@ -202,6 +282,16 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
         tensor(*ot, true);
       else
         key += "n;";
+    }
+    key += ";";
+  } else if (v.isList()) {  // Scalar[] kept static
+    key += "N";
+    for (const c10::IValue& x : v.toListRef()) {
+      TORCH_CHECK_TYPE(x.isDouble() || x.isInt() || x.isBool(), "torch_tpu: ", op, " got a list of ", x.tagKind(),
+                       " that the lowering cannot take.");
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "%.17g,", x.isDouble() ? x.toDouble() : x.isBool() ? x.toBool() : x.toInt());
+      key += buf;
     }
     key += ";";
   } else if (v.isDevice()) {
@@ -300,10 +390,21 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
   return types;
 }
 
-LoweringArg lowering_arg(const c10::IValue& v, bool is_out, stablehlo::Builder& b, size_t& next_param,
+LoweringArg lowering_arg(const c10::IValue& v, bool is_out, bool dynamic, int source, size_t& next_param,
                          const std::vector<stablehlo::Value>& params) {
   LoweringArg a;
   if (is_out) return a;
+  if (dynamic) {
+    const c10::IValue& first = v.isList() && !v.toListRef().empty() ? v.toListRef()[0] : v;
+    a.kind = v.isList()         ? LoweringArg::NumberList
+             : first.isDouble() ? LoweringArg::Double
+             : first.isBool()   ? LoweringArg::Bool
+                                : LoweringArg::Int;
+    a.dynamic = true;
+    a.source = source;
+    a.tensor = params[next_param++];
+    return a;
+  }
   auto tensor = [&](const at::Tensor& t) { return params[next_param++]; };
   if (v.isTensor() && v.toTensor().defined()) {
     a.kind = LoweringArg::Tensor;
@@ -335,6 +436,10 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, stablehlo::Builder& 
       const std::optional<at::Tensor>& ot = t;
       a.tensors.push_back(ot && ot->defined() ? tensor(*ot) : stablehlo::Value{});
     }
+  } else if (v.isList()) {  // a static Scalar[]
+    a.kind = LoweringArg::NumberList;
+    for (const c10::IValue& x : v.toListRef())
+      a.numbers.push_back(x.isDouble() ? x.toDouble() : x.isBool() ? x.toBool() : static_cast<double>(x.toInt()));
   }
   return a;
 }
@@ -344,7 +449,7 @@ void check_finite(const std::string& op, const std::vector<Input>& inputs, const
                   const std::vector<pjrt::BufferPtr>& results, int dev);
 
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const OpPlan& plan = plan_for(op);
+  OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   expand_index_masks(args, stack);
@@ -355,67 +460,126 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   key += '|';
   std::vector<Input> inputs;
   std::optional<c10::Device> device;
-  for (size_t i = 0; i < n; ++i) describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
+  std::vector<bool> dynamic(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    dynamic[i] = scalar_use(plan, i, args[i]) == ScalarUse::Dynamic;
+    if (dynamic[i])
+      describe_dynamic(args[i], key, inputs);
+    else
+      describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
+  }
   TORCH_CHECK(device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
+  bool reads_f64 = false;
+  for (const auto& in : inputs) reads_f64 |= !in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble;
+  for (auto& in : inputs)
+    if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !reads_f64) in.tensor = in.tensor.to(at::kFloat);
 
   // Destination dtypes of the written arguments decide the program's output types.
   std::vector<at::ScalarType> dest_dtypes;
   for (int alias : plan.return_alias)
     if (alias >= 0) dest_dtypes.push_back(args[alias].toTensor().scalar_type());
-  std::vector<at::Tensor> mutated;  // written arguments that are not returned
-  for (int i : plan.mutated)
+  std::vector<at::Tensor> mutated;  // written arguments that are not returned, lists flattened
+  for (int i : plan.mutated) {
     if (args[i].isTensor() && args[i].toTensor().defined()) mutated.push_back(args[i].toTensor());
+    if (args[i].isTensorList())
+      for (const at::Tensor& t : args[i].toTensorVector()) mutated.push_back(t);
+  }
 
-  auto program = Runtime::get().program(key, [&] {
-    // PyTorch's meta kernels decide output shapes and dtypes and raise
-    // PyTorch's own errors for bad shapes; the in-place op's own meta check
-    // runs too (e.g. "output with shape [...] doesn't match the broadcast shape").
-    std::vector<TensorType> outs;
-    if (plan.functional) {
-      bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();
-      if (!has_out) meta_outputs(op, args, nullptr);
-      outs = meta_outputs(*plan.functional, args, &plan.is_out);
-    } else {
-      outs = meta_outputs(op, args, nullptr);
+  if (plan.writes_from_functional && mutated.size() > 1) {
+    // One program reads every element before any is written; elements that
+    // overlap need the per-tensor order: one program per element then.
+    std::vector<const void*> storages;
+    for (const at::Tensor& t : mutated) storages.push_back(t.storage().unsafeGetStorageImpl());
+    std::sort(storages.begin(), storages.end());
+    if (std::adjacent_find(storages.begin(), storages.end()) != storages.end()) {
+      for (size_t k = 0; k < mutated.size(); ++k) {  // one element at a time, in order
+        torch::jit::Stack one;
+        for (const auto& v : args) {
+          if (v.isTensorList()) {
+            one.push_back(std::vector<at::Tensor>{v.toTensorVector().at(k)});
+          } else if (v.isList() && v.toListRef().size() == mutated.size()) {
+            c10::impl::GenericList element(v.toList().elementType());
+            element.push_back(v.toListRef()[k]);
+            one.push_back(std::move(element));
+          } else {
+            one.push_back(v);
+          }
+        }
+        lowered_kernel(op, &one);
+      }
+      torch::jit::drop(*stack, n);
+      return;
     }
-    stablehlo::Builder b;
-    std::vector<stablehlo::Value> params;
-    for (const auto& in : inputs) {
-      TensorType flat{to_dtype(in.tensor.scalar_type()), {in.tensor.numel()}};
-      params.push_back(b.parameter(flat));
+  }
+
+  runtime::ProgramPtr program;
+  try {
+    program = Runtime::get().program(key, [&] {
+      // PyTorch's meta kernels decide output shapes and dtypes and raise
+      // PyTorch's own errors for bad shapes; the in-place op's own meta check
+      // runs too (e.g. "output with shape [...] doesn't match the broadcast shape").
+      std::vector<TensorType> outs;
+      if (plan.functional) {
+        bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();
+        if (!has_out) meta_outputs(op, args, nullptr);
+        outs = meta_outputs(*plan.functional, args, &plan.is_out);
+      } else {
+        outs = meta_outputs(op, args, nullptr);
+      }
+      stablehlo::Builder b;
+      std::vector<stablehlo::Value> params;
+      for (const auto& in : inputs) {
+        TensorType flat{to_dtype(in.tensor.scalar_type()), {in.tensor.numel()}};
+        params.push_back(b.parameter(flat));
+      }
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const auto& sizes = inputs[i].tensor.sizes();
+        params[i] = b.reshape(params[i], std::vector<int64_t>(sizes.begin(), sizes.end()));
+      }
+      std::vector<LoweringArg> largs;
+      size_t next_param = 0;
+      for (size_t i = 0; i < n; ++i)
+        largs.push_back(lowering_arg(args[i], plan.is_out[i], dynamic[i], static_cast<int>(i), next_param, params));
+      lowering::LoweringContext ctx{b, largs, outs};
+      std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
+      const size_t written = plan.writes_from_functional ? 0 : mutated.size();
+      TORCH_CHECK(results.size() == outs.size() + written, "torch_tpu: the lowering of ", plan.name, " returned ",
+                  results.size(), " values for ", outs.size(), " outputs and ", written, " written arguments");
+      if (plan.writes_from_functional) {  // the functional op's outputs land in the written arguments
+        TORCH_CHECK(outs.size() == mutated.size(), "torch_tpu: ", plan.name, " computes ", outs.size(), " values for ",
+                    mutated.size(), " written tensors");
+        for (size_t k = 0; k < outs.size(); ++k) outs[k].dtype = to_dtype(mutated[k].scalar_type());
+      }
+      for (size_t k = 0; k < written; ++k)
+        outs.push_back({to_dtype(mutated[k].scalar_type()),
+                        std::vector<int64_t>(mutated[k].sizes().begin(), mutated[k].sizes().end())});
+      std::vector<stablehlo::Value> flat;
+      std::vector<TensorType> flat_types;
+      size_t dest = 0;
+      for (size_t k = 0; k < results.size(); ++k) {
+        stablehlo::DType dtype = outs[k].dtype;
+        if (k < plan.return_alias.size() && plan.return_alias[k] >= 0) dtype = to_dtype(dest_dtypes[dest++]);
+        TORCH_CHECK(results[k].type.numel() == outs[k].numel(), "torch_tpu: the lowering of ", plan.name, " produced ",
+                    results[k].type.str(), " where PyTorch expects shape [", dims_key(outs[k].shape), "]");
+        flat.push_back(b.reshape(b.cast(results[k], dtype), {outs[k].numel()}));
+        flat_types.push_back({dtype, outs[k].shape});
+      }
+      std::vector<std::string> checks;
+      for (const auto& check : ctx.checks) {  // trailing bool[1] outputs
+        flat.push_back(b.reshape(check.ok, {1}));
+        flat_types.push_back({stablehlo::DType::Bool, {1}});
+        checks.push_back(check.message + " (in " + plan.name + " on tpu)");
+      }
+      return runtime::ProgramSpec(b.module(flat), flat_types, checks);
+    });
+  } catch (const lowering::NeedsStaticScalar& e) {
+    // The rule needs this Scalar's value at compile time: key on it from now on.
+    {
+      std::lock_guard<std::mutex> lock(scalar_mutex);
+      plan.scalar_use.at(e.arg) = ScalarUse::Static;
     }
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const auto& sizes = inputs[i].tensor.sizes();
-      params[i] = b.reshape(params[i], std::vector<int64_t>(sizes.begin(), sizes.end()));
-    }
-    std::vector<LoweringArg> largs;
-    size_t next_param = 0;
-    for (size_t i = 0; i < n; ++i) largs.push_back(lowering_arg(args[i], plan.is_out[i], b, next_param, params));
-    lowering::LoweringContext ctx{b, largs, outs};
-    std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
-    TORCH_CHECK(results.size() == outs.size() + mutated.size(), "torch_tpu: the lowering of ", plan.name, " returned ",
-                results.size(), " values for ", outs.size(), " outputs and ", mutated.size(), " written arguments");
-    for (const at::Tensor& m : mutated)
-      outs.push_back({to_dtype(m.scalar_type()), std::vector<int64_t>(m.sizes().begin(), m.sizes().end())});
-    std::vector<stablehlo::Value> flat;
-    std::vector<TensorType> flat_types;
-    size_t dest = 0;
-    for (size_t k = 0; k < results.size(); ++k) {
-      stablehlo::DType dtype = outs[k].dtype;
-      if (k < plan.return_alias.size() && plan.return_alias[k] >= 0) dtype = to_dtype(dest_dtypes[dest++]);
-      TORCH_CHECK(results[k].type.numel() == outs[k].numel(), "torch_tpu: the lowering of ", plan.name, " produced ",
-                  results[k].type.str(), " where PyTorch expects shape [", dims_key(outs[k].shape), "]");
-      flat.push_back(b.reshape(b.cast(results[k], dtype), {outs[k].numel()}));
-      flat_types.push_back({dtype, outs[k].shape});
-    }
-    std::vector<std::string> checks;
-    for (const auto& check : ctx.checks) {  // trailing bool[1] outputs
-      flat.push_back(b.reshape(check.ok, {1}));
-      flat_types.push_back({stablehlo::DType::Bool, {1}});
-      checks.push_back(check.message + " (in " + plan.name + " on tpu)");
-    }
-    return runtime::ProgramSpec(b.module(flat), flat_types, checks);
-  });
+    return lowered_kernel(op, stack);
+  }
 
   std::vector<pjrt::BufferPtr> buffers;
   std::vector<PJRT_Buffer*> raw;
@@ -449,6 +613,15 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   torch::jit::drop(*stack, n);
   const size_t n_returns = results.size() - mutated.size();
   for (size_t j = 0; j < mutated.size(); ++j) write_dense(mutated[j], results[n_returns + j]);
+  if (plan.returns_list) {
+    std::vector<at::Tensor> list;
+    for (size_t k = 0; k < n_returns; ++k) {
+      const TensorType& type = program->outputs[k];
+      list.push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev));
+    }
+    stack->push_back(std::move(list));
+    return;
+  }
   for (size_t k = 0; k < n_returns; ++k) {
     const TensorType& type = program->outputs[k];
     int alias = k < plan.return_alias.size() ? plan.return_alias[k] : -1;
@@ -518,6 +691,11 @@ void register_general_kernels() {
     if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) continue;
     if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;  // an explicit kernel wins
     if (!lowering::find_rule(full_name(name)) && !functional_counterpart(op->schema())) continue;
+    // out= lists (_foreach_add.List_out) exist for functionalization; no write-back for them yet.
+    const auto& schema_args = op->schema().arguments();
+    if (std::any_of(schema_args.begin(), schema_args.end(),
+                    [](const c10::Argument& x) { return x.is_out() && x.type()->kind() == c10::TypeKind::ListType; }))
+      continue;
     std::string overload = full_name(name).substr(6);  // without "aten::"
     library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&general_kernel>());
   }

@@ -14,7 +14,7 @@ using stablehlo::Unary;
 // a + alpha * b, the shape of add and sub (alpha is argument 2).
 Value add_scaled(LoweringContext& c, Binary op) {
   Value a = c.operand_as_output(0), b = c.operand_as_output(1);
-  if (c.has(2) && c.number(2) != 1) b = c.b.binary(Binary::Multiply, b, c.b.constant(c.number(2), c.out()));
+  if (c.has(2) && !c.is_number(2, 1)) b = c.b.binary(Binary::Multiply, b, c.value_as(2, c.out()));
   return c.b.binary(op, a, b);
 }
 
@@ -45,6 +45,17 @@ std::vector<Value> div(LoweringContext& c) {
     q = c.b.select(adjust, c.b.binary(Binary::Subtract, q, c.b.constant(1, c.out())), q);
   }
   return {q};
+}
+
+// addcmul: self + value * t1 * t2; addcdiv: self + value * t1 / t2, in
+// CPU's order of operations.
+LoweringRule addc(Binary op) {
+  return [op](LoweringContext& c) -> std::vector<Value> {
+    Value t = c.operand_as_output(1);
+    if (c.has(3) && !c.is_number(3, 1)) t = c.b.binary(Binary::Multiply, c.value_as(3, c.out()), t);
+    t = c.b.binary(op, t, c.operand_as_output(2));
+    return {c.b.binary(Binary::Add, c.operand_as_output(0), t)};
+  };
 }
 
 LoweringRule unary(Unary op) {
@@ -332,6 +343,8 @@ LOWERING("aten::reciprocal", reciprocal);
 LOWERING("aten::log2", log_base(2.0));
 LOWERING("aten::log10", log_base(10.0));
 LOWERING("aten::exp2", exp2);
+LOWERING("aten::addcmul", addc(Binary::Multiply));
+LOWERING("aten::addcdiv", addc(Binary::Divide));
 LOWERING("aten::lerp.Scalar", lerp);
 LOWERING("aten::lerp.Tensor", lerp);
 LOWERING("aten::nan_to_num", nan_to_num);

@@ -134,13 +134,22 @@ int64_t normalize_dim(int64_t dim, int64_t rank) {
 
 const Value& LoweringContext::tensor(size_t i) const { return arg(args, i, LoweringArg::Tensor, "a tensor").tensor; }
 int64_t LoweringContext::integer(size_t i) const { return arg(args, i, LoweringArg::Int, "an int").i; }
-double LoweringContext::number(size_t i) const { return arg(args, i, LoweringArg::Double, "a number").number(); }
+double LoweringContext::number(size_t i) const {
+  if (i < args.size() && args[i].dynamic) throw NeedsStaticScalar{args[i].source};
+  return arg(args, i, LoweringArg::Double, "a number").number();
+}
+bool LoweringContext::is_number(size_t i, double v) const {
+  return i < args.size() && !args[i].dynamic &&
+         (args[i].kind == LoweringArg::Double || args[i].kind == LoweringArg::Int ||
+          args[i].kind == LoweringArg::Bool) &&
+         args[i].number() == v;
+}
 const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
   return arg(args, i, LoweringArg::IntList, "an int list").ints;
 }
 
 Value LoweringContext::value_as(size_t i, const TensorType& type) const {
-  if (i < args.size() && args[i].kind == LoweringArg::Tensor)
+  if (i < args.size() && (args[i].kind == LoweringArg::Tensor || args[i].dynamic))
     return b.broadcast_to(b.cast(args[i].tensor, type.dtype), type.shape);
   return b.constant(number(i), type);
 }

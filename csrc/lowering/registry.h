@@ -24,7 +24,7 @@ using stablehlo::Value;
 // One argument of the op, in schema order. Tensors are values of the module;
 // everything else is static (part of the executable's cache key).
 struct LoweringArg {
-  enum Kind { None, Tensor, TensorList, Int, Double, Bool, IntList, String } kind = None;
+  enum Kind { None, Tensor, TensorList, Int, Double, Bool, IntList, String, NumberList } kind = None;
   Value tensor;
   std::vector<Value> tensors;
   int64_t i = 0;
@@ -32,9 +32,23 @@ struct LoweringArg {
   bool b = false;
   std::vector<int64_t> ints;
   std::string s;
+  std::vector<double> numbers;  // a Scalar[] argument
+  // A Scalar (or Scalar[]) whose value is a runtime input of the program, so
+  // that a value changing every call (a learning rate, a bias correction) does
+  // not compile a program per value. `tensor` holds it (0-d, or 1-D for a
+  // list); `source` is the argument's position in the op's schema.
+  bool dynamic = false;
+  int source = -1;
 
   // A Scalar argument as a double, whatever its kind.
   double number() const { return kind == Double ? d : kind == Bool ? (b ? 1 : 0) : static_cast<double>(i); }
+};
+
+// Thrown when a rule asks for the compile-time value of a dynamic Scalar: the
+// general kernel then keeps that argument of the op static (in the program's
+// key) and lowers again.
+struct NeedsStaticScalar {
+  int arg;
 };
 
 struct LoweringContext {
@@ -45,7 +59,11 @@ struct LoweringContext {
   const Value& tensor(size_t i) const;
   bool has(size_t i) const { return i < args.size() && args[i].kind != LoweringArg::None; }
   int64_t integer(size_t i) const;
+  // A Scalar's value at compile time (a dynamic Scalar becomes static).
   double number(size_t i) const;
+  // Whether argument `i` is known at compile time to be the number `v`
+  // (false for a dynamic Scalar): for shortcuts such as alpha == 1.
+  bool is_number(size_t i, double v) const;
   const std::vector<int64_t>& ints(size_t i) const;
   // An optional string argument, "" when None.
   std::string string(size_t i) const { return has(i) ? args[i].s : std::string(); }
@@ -54,7 +72,7 @@ struct LoweringContext {
   // Operand `i` converted to the output dtype and broadcast to the output shape:
   // what elementwise rules start from (PyTorch already decided both).
   Value operand_as_output(size_t i, size_t k = 0) const;
-  // Argument `i` (a tensor or a Scalar) as a value of `type`.
+  // Argument `i` (a tensor or a Scalar, static or dynamic) as a value of `type`.
   Value value_as(size_t i, const TensorType& type) const;
 
   // Device-side checks the op's program also computes: each a 0-d bool that
