@@ -56,11 +56,15 @@ struct OpPlan {
 std::mutex scalar_mutex;
 
 bool is_number_type(const c10::TypePtr& t) { return t->kind() == c10::TypeKind::NumberType; }
+// Scalar and float arguments are tracked (a float such as a fused optimizer's
+// lr changes with a schedule); int arguments are sizes and stay static.
+bool is_tracked_type(const c10::TypePtr& t) { return is_number_type(t) || t->kind() == c10::TypeKind::FloatType; }
 
 ScalarUse initial_scalar_use(const c10::Argument& a) {
   const auto& t = a.type();
-  if (is_number_type(t)) return ScalarUse::Tracking;
-  if (auto opt = t->cast<c10::OptionalType>(); opt && is_number_type(opt->getElementType())) return ScalarUse::Tracking;
+  if (is_tracked_type(t)) return ScalarUse::Tracking;
+  if (auto opt = t->cast<c10::OptionalType>(); opt && is_tracked_type(opt->getElementType()))
+    return ScalarUse::Tracking;
   // Scalar[] (a foreach op's per-tensor values) changes with every step.
   if (auto list = t->cast<c10::ListType>(); list && is_number_type(list->getElementType())) return ScalarUse::Dynamic;
   return ScalarUse::None;
@@ -523,9 +527,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();
         if (!has_out) meta_outputs(op, args, nullptr);
         outs = meta_outputs(*plan.functional, args, &plan.is_out);
-      } else {
+      } else if (!op.schema().returns().empty() || op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
         outs = meta_outputs(op, args, nullptr);
-      }
+      }  // else: an op that only writes its arguments and has no meta kernel (_fused_sgd_)
       stablehlo::Builder b;
       std::vector<stablehlo::Value> params;
       for (const auto& in : inputs) {

@@ -2,7 +2,7 @@
 // torch.optim and clip_grad_norm_ run by default: each is the per-tensor op's
 // rule applied to every element of the lists, all in one program, so a whole
 // parameter list is updated by one launch. In-place forms (_foreach_add_)
-// reuse these rules through the general kernel. Also GradScaler's two ops.
+// reuse these rules through the general kernel.
 #include <string>
 
 #include "lowering/registry.h"
@@ -11,7 +11,6 @@ namespace torch_tpu::lowering {
 namespace {
 
 using stablehlo::Binary;
-using stablehlo::Compare;
 using stablehlo::Unary;
 
 // Element i of argument `a`: a list's i-th entry; any other argument as is.
@@ -88,47 +87,6 @@ std::vector<Value> foreach_copy(LoweringContext& c) {
 
 std::vector<Value> foreach_clone(LoweringContext& c) { return c.args[0].tensors; }
 
-// GradScaler.unscale_: every grad times inv_scale, and found_inf set to 1
-// when any grad holds a NaN or Inf. Returns the grads, then found_inf.
-std::vector<Value> non_finite_check_and_unscale(LoweringContext& c) {
-  const auto& grads = c.args[0].tensors;
-  const Value& found_inf = c.tensor(1);
-  Value any_bad = c.b.scalar(0, DType::Bool);
-  std::vector<Value> results;
-  for (const Value& g : grads) {
-    DType t = g.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;  // CUDA's opmath
-    Value x = c.b.cast(g, t);
-    if (g.type.numel() > 0) {
-      std::vector<int64_t> all;
-      for (int64_t d = 0; d < g.rank(); ++d) all.push_back(d);
-      Value finite = c.b.reduce(c.b.unary(Unary::IsFinite, x), c.b.scalar(1, DType::Bool), all, Binary::And);
-      any_bad = c.b.binary(Binary::Or, any_bad, c.b.unary(Unary::Not, finite));
-    }
-    Value inv = c.b.broadcast_to(c.b.cast(c.b.reshape(c.tensor(2), {}), t), g.shape());
-    results.push_back(c.b.cast(c.b.binary(Binary::Multiply, x, inv), g.dtype()));
-  }
-  Value one = c.b.constant(1, found_inf.type);
-  results.push_back(c.b.select(c.b.broadcast_to(any_bad, found_inf.shape()), one, found_inf));
-  return results;
-}
-
-// GradScaler.update: on an overflow the scale backs off and the growth
-// tracker resets; after growth_interval clean steps the scale grows (if the
-// grown scale is finite). Returns the new scale, then the new tracker.
-std::vector<Value> update_scale(LoweringContext& c) {
-  const Value &scale = c.tensor(0), &tracker = c.tensor(1);
-  Value found = c.b.compare(Compare::NE, c.b.cast(c.tensor(2), scale.dtype()), c.b.constant(0, scale.type));
-  Value successful = c.b.binary(Binary::Add, tracker, c.b.constant(1, tracker.type));
-  Value grow = c.b.compare(Compare::EQ, successful, c.b.constant(static_cast<double>(c.integer(5)), tracker.type));
-  Value grown = c.b.binary(Binary::Multiply, scale, c.b.constant(c.number(3), scale.type));
-  Value grown_ok = c.b.binary(Binary::And, grow, c.b.unary(Unary::IsFinite, grown));
-  Value backed_off = c.b.binary(Binary::Multiply, scale, c.b.constant(c.number(4), scale.type));
-  Value zero = c.b.constant(0, tracker.type);
-  Value new_scale = c.b.select(found, backed_off, c.b.select(grown_ok, grown, scale));
-  Value new_tracker = c.b.select(found, zero, c.b.select(grow, zero, successful));
-  return {new_scale, new_tracker};
-}
-
 }  // namespace
 
 LOWERING("aten::_foreach_add.List", each("aten::add.Tensor"));
@@ -204,8 +162,5 @@ LOWERING("aten::_foreach_sqrt", each("aten::sqrt"));
 LOWERING("aten::_foreach_tan", each("aten::tan"));
 LOWERING("aten::_foreach_tanh", each("aten::tanh"));
 LOWERING("aten::_foreach_trunc", each("aten::trunc"));
-// GradScaler (torch.amp): in-place ops with their own rules.
-LOWERING("aten::_amp_foreach_non_finite_check_and_unscale_", non_finite_check_and_unscale);
-LOWERING("aten::_amp_update_scale_", update_scale);
 
 }  // namespace torch_tpu::lowering

@@ -140,6 +140,11 @@ OPTIMIZERS = {
     "adam_amsgrad": lambda p: torch.optim.Adam(p, lr=1e-2, amsgrad=True, weight_decay=1e-2),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
     "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5, centered=True),
+    # fused=True: one _fused_* op per step.
+    "adam_fused": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True),
+    "adam_fused_amsgrad": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True, amsgrad=True, weight_decay=1e-2),
+    "adamw_fused": lambda p: torch.optim.AdamW(p, lr=1e-2, fused=True),
+    "sgd_fused": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3, fused=True),
 }
 
 
@@ -171,11 +176,12 @@ def test_optimizer_matches_cpu(name):
     assert sum(compiles[4:]) == 0, f"recompiles after warm-up: {compiles}"
 
 
-def test_grad_scaler_matches_cpu():
+@pytest.mark.parametrize("fused", [False, True])
+def test_grad_scaler_matches_cpu(fused):
     results = {}
     for dev in ("cpu", "tpu"):
         model = make_model().to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, fused=fused)
         scaler = torch.amp.GradScaler(dev, init_scale=2.0**8, growth_interval=2)
         g = torch.Generator().manual_seed(3)
         scales = []
