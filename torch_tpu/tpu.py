@@ -68,6 +68,16 @@ def max_memory_allocated(device=None) -> int:
     return _C.max_memory_allocated(_index(device))
 
 
+def get_amp_supported_dtype() -> list:
+    """The low-precision dtypes torch.autocast("tpu", dtype=...) accepts."""
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Every XLA device computes in bfloat16 (TPUs natively)."""
+    return True
+
+
 def _is_in_bad_fork() -> bool:
     return False
 
