@@ -77,15 +77,46 @@ def test_unique_inverse_reconstructs_input():
     assert_same(values[inverse], INPUTS["nan"], equal_nan=True)
 
 
-@pytest.mark.parametrize("dim", [0, 1])
-def test_unique_dim_matches_cpu(dim):
-    """unique(dim=...) and unique_consecutive(dim=...) run on the CPU fallback (rows compared whole)."""
-    x = torch.tensor([[1, 2, 1], [1, 2, 1], [0, 5, 0]])
+DIM_INPUTS = {
+    "ints": torch.tensor([[1, 2, 1], [1, 2, 1], [0, 5, 0], [1, 2, 1], [0, 5, 1]]),
+    "floats": torch.tensor([[1.0, 0.0], [0.0, 2.0], [-0.0, 2.0], [1.0, -1.5], [0.0, 2.0]]),
+    "nan_row": torch.tensor([[1.0, NAN], [0.0, 2.0], [0.0, 2.0]]),
+    "bool": torch.tensor([[True, False], [True, False], [False, False], [False, True]]),
+    "three_d": torch.randint(0, 3, (3, 4, 2), generator=torch.Generator().manual_seed(1)),
+    "one_row": torch.tensor([[4, 5, 6]]),
+}
+
+
+@pytest.mark.parametrize("name", list(DIM_INPUTS))
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_dim(name, dim):
+    x = DIM_INPUTS[name]
+    with torch_tpu.set_fallback("error"):
+        out = torch.unique(x.to("tpu"), dim=dim, return_inverse=True, return_counts=True)
+        values = torch.unique(x.to("tpu"), dim=dim)
+    check(out, torch.unique(x, dim=dim, return_inverse=True, return_counts=True))
+    check(values, torch.unique(x, dim=dim))
+
+
+@pytest.mark.parametrize("name", list(DIM_INPUTS))
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_unique_consecutive_dim(name, dim):
+    x = DIM_INPUTS[name]
+    with torch_tpu.set_fallback("error"):
+        out = torch.unique_consecutive(x.to("tpu"), dim=dim, return_inverse=True, return_counts=True)
+    check(out, torch.unique_consecutive(x, dim=dim, return_inverse=True, return_counts=True))
+
+
+def test_unique_dim_long_rows_and_empty_run_on_cpu_fallback():
+    """Rows longer than 64 elements and empty inputs go to the CPU fallback, with its results and errors."""
+    long_rows = torch.randint(0, 2, (6, 65), generator=torch.Generator().manual_seed(2))
+    long_rows[3] = long_rows[1]
+    torch_tpu.reset_metrics()
     check(
-        torch.unique(x.to("tpu"), dim=dim, return_inverse=True, return_counts=True),
-        torch.unique(x, dim=dim, return_inverse=True, return_counts=True),
+        torch.unique(long_rows.to("tpu"), dim=0, return_counts=True),
+        torch.unique(long_rows, dim=0, return_counts=True),
     )
-    check(
-        torch.unique_consecutive(x.to("tpu"), dim=dim, return_counts=True),
-        torch.unique_consecutive(x, dim=dim, return_counts=True),
-    )
+    assert torch_tpu.metrics().get("fallback::aten::unique_dim") == 1
+    check(torch.unique(torch.zeros(0, 3).to("tpu"), dim=0), torch.unique(torch.zeros(0, 3), dim=0))
+    with pytest.raises(RuntimeError, match="0 sized dimensions"):
+        torch.unique(torch.zeros(3, 0).to("tpu"), dim=0)
