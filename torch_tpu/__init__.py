@@ -31,6 +31,10 @@ from torch_tpu import tpu as _tpu_module  # noqa: E402
 
 torch._register_device_module("tpu", _tpu_module)
 torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
+# bfloat16 is the TPU's native low precision (PyTorch's default for a
+# PrivateUse1 backend is float16). The setting is per thread, like autocast
+# state: this sets it for the importing thread.
+torch.set_autocast_dtype("tpu", torch.bfloat16)
 
 from torch_tpu import _printing  # noqa: E402, F401  (installs tpu tensor printing)
 

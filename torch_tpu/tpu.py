@@ -61,11 +61,71 @@ def get_device_name(device=None) -> str:
 
 
 def memory_allocated(device=None) -> int:
+    """Bytes held by live tpu tensor storages on the device."""
     return _C.memory_allocated(_index(device))
 
 
 def max_memory_allocated(device=None) -> int:
+    """The peak of memory_allocated since the start or the last reset_peak_memory_stats."""
     return _C.max_memory_allocated(_index(device))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _C.reset_peak_memory_stats(_index(device))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    _C.reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    _C.reset_accumulated_memory_stats(_index(device))
+
+
+def memory_stats(device=None) -> dict:
+    """CUDA's memory_stats keys for our storage accounting ("allocated_bytes.all.current",
+    "allocated_bytes.all.peak", "allocation.all.current", "num_ooms", ...), "reserved_bytes.all.*"
+    (see memory_reserved), "capacity_bytes", and "device.*": the plugin's own statistics
+    (PJRT_Device_MemoryStats) where it reports them (the XLA CPU plugin does not)."""
+    stats = dict(_C.memory_stats(_index(device)))
+    reserved = max(stats["allocated_bytes.all.current"], stats.get("device.bytes_in_use", 0))
+    stats["reserved_bytes.all.current"] = reserved
+    stats["reserved_bytes.all.peak"] = max(
+        stats["allocated_bytes.all.peak"], stats.get("device.peak_bytes_in_use", 0), reserved
+    )
+    return dict(sorted(stats.items()))
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes the device holds for us: the plugin's bytes_in_use where it reports it (it includes
+    program temporaries), else memory_allocated (storages free at once; nothing is cached)."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes of the device. total is the capacity allocations are checked against:
+    TORCH_TPU_MEMORY_LIMIT, else the plugin's bytes_limit, else physical RAM (host-memory plugins)."""
+    index = _index(device)
+    total = _C.memory_capacity(index)
+    return max(total - memory_reserved(index), 0), total
+
+
+def empty_cache() -> None:
+    """Nothing to release: a storage's device buffer is freed when its last tensor dies."""
+
+
+def get_amp_supported_dtype() -> list:
+    """The low-precision dtypes torch.autocast("tpu", dtype=...) accepts."""
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Every XLA device computes in bfloat16 (TPUs natively)."""
+    return True
 
 
 def _is_in_bad_fork() -> bool:

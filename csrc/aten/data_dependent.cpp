@@ -1,11 +1,14 @@
-// Ops whose output shape depends on the data (nonzero, masked_select): one
+// Ops whose output shape depends on the data (nonzero, masked_select,
+// unique, unique_consecutive): one
 // program counts on the device, one sync reads the count, and a second
 // program, compiled per count, fills the result. These are kernels, not
 // lowering rules, because the sync sits between the two programs.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "aten/cpu_fallback.h"
 #include "aten/tensor_access.h"
+#include "lowering/registry.h"
 
 namespace torch_tpu::aten {
 namespace {
@@ -101,11 +104,208 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return wrap_buffer(out[0], {count}, self.scalar_type(), device_index(self));
 }
 
+// unique and unique_consecutive, of elements (dim=None) or of rows along a
+// dim. Program 1 puts equal rows next to each other (a stable sort for unique;
+// nothing for unique_consecutive) and numbers the groups; one sync reads how
+// many there are; program 2, compiled per count, gathers the groups' rows, the
+// inverse and the counts by scatter.
+struct Grouped {
+  pjrt::BufferPtr rows, order, group;  // grouped rows [m*k], their source rows [m], group ids [m]
+  int64_t count = 0;
+};
+
+// "row l goes before row r", lexicographically. Elements (k == 1) sort NaN
+// last as torch.sort does; rows compare as CPU's unique(dim=) does, where a
+// NaN is neither below nor above anything.
+Value row_before(Builder& b, const std::vector<Value>& a, int64_t k) {
+  if (k == 1) return lowering::before(b, a[0], a[1], /*descending=*/false);
+  Value result = b.compare(Compare::LT, a[2 * (k - 1)], a[2 * (k - 1) + 1]);
+  for (int64_t j = k - 2; j >= 0; --j) {
+    const Value &l = a[2 * j], &r = a[2 * j + 1];
+    Value lt = b.compare(Compare::LT, l, r), gt = b.compare(Compare::GT, l, r);
+    Value tie = b.unary(stablehlo::Unary::Not, b.binary(Binary::Or, lt, gt));
+    result = b.binary(Binary::Or, lt, b.binary(Binary::And, tie, result));
+  }
+  return result;
+}
+
+// `rows` is a contiguous [m, k] tensor with m > 0.
+// `what` names the programs in device errors: literals, they must outlive the run.
+struct UniqueOp {
+  const char* group;
+  const char* gather;
+};
+constexpr UniqueOp kUnique2{"aten::_unique2 (group)", "aten::_unique2"};
+constexpr UniqueOp kUniqueDim{"aten::unique_dim (group)", "aten::unique_dim"};
+constexpr UniqueOp kUniqueConsecutive{"aten::unique_consecutive (group)", "aten::unique_consecutive"};
+
+Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op) {
+  const int64_t m = rows.size(0), k = rows.size(1);
+  TensorType flat{to_dtype(rows.scalar_type()), {m * k}};
+  std::string key =
+      std::string(sort ? "unique_group|" : "unique_consecutive_group|") + flat.str() + "|" + std::to_string(k);
+  auto program = Runtime::get().program(key, [&] {
+    Builder b;
+    Value x = b.reshape(b.parameter(flat), {m, k});
+    TensorType index_type{DType::Int64, {m}};
+    Value order = b.iota(index_type, 0);
+    if (sort) {
+      std::vector<Value> keys;
+      for (int64_t j = 0; j < k; ++j) keys.push_back(b.reshape(b.slice(x, {0, j}, {m, j + 1}, {1, 1}), {m}));
+      keys.push_back(order);
+      auto sorted = b.sort(keys, 0, /*is_stable=*/true, [k](Builder& r, const std::vector<Value>& a) {
+        return std::vector<Value>{row_before(r, a, k)};
+      });
+      order = sorted.back();
+      sorted.pop_back();
+      for (auto& column : sorted) column = b.reshape(column, {m, 1});
+      x = k == 1 ? sorted[0] : b.concatenate(sorted, 1);
+    }
+    // A row starts a group when any element differs from the row before
+    // (NaN != NaN: a row with a NaN is its own group, as on CPU).
+    Value differs = b.compare(Compare::NE, b.slice(x, {1, 0}, {m, k}, {1, 1}), b.slice(x, {0, 0}, {m - 1, k}, {1, 1}));
+    differs = b.reduce(differs, b.scalar(0, DType::Bool), {1}, Binary::Or);
+    Value first = b.concatenate({b.constant(1, {DType::Bool, {1}}), differs}, 0);
+    Value group = b.binary(Binary::Subtract, lowering::scan(b, b.convert(first, DType::Int64), 0, Binary::Add, 0),
+                           b.constant_int(1, index_type));
+    Value count = b.binary(Binary::Add, b.slice(group, {m - 1}, {m}, {1}), b.constant_int(1, {DType::Int64, {1}}));
+    return std::make_pair(b.module({b.reshape(x, {m * k}), order, group, count}),
+                          std::vector<TensorType>{flat, index_type, index_type, {DType::Int64, {1}}});
+  });
+  auto out = Runtime::get().execute(*program, {read_dense(rows)->raw()}, device_index(rows), op.group);
+  Grouped g{out[0], out[1], out[2], 0};
+  Runtime::get().download(*out[3], &g.count, sizeof g.count);
+  return g;
+}
+
+// The unique rows of `rows` ([m, k], m > 0) as a flat [count * k] tensor,
+// the inverse [m] and the counts [count].
+std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Tensor& rows, bool sort,
+                                                                    const UniqueOp& op) {
+  const int64_t m = rows.size(0), k = rows.size(1);
+  Grouped g = group_equal(rows, sort, op);
+  const int64_t count = g.count;
+  const int dev = device_index(rows);
+  TensorType flat{to_dtype(rows.scalar_type()), {m * k}}, index_type{DType::Int64, {m}};
+  std::string key = "unique|" + flat.str() + "|" + std::to_string(k) + "|" + std::to_string(count);
+  auto program = Runtime::get().program(key, [&] {
+    Builder b;
+    Value x = b.parameter(flat), order = b.parameter(index_type), group = b.parameter(index_type);
+    // Scatter targets: the first (last) row of each group goes to its group
+    // id, every other row to slot `count`, which is then dropped.
+    Value spare = b.constant_int(count, index_type);
+    Value minus_one = b.constant_int(-1, {DType::Int64, {1}});
+    Value starts = b.compare(Compare::NE, group, b.concatenate({minus_one, b.slice(group, {0}, {m - 1}, {1})}, 0));
+    Value ends = b.compare(Compare::NE, group, b.concatenate({b.slice(group, {1}, {m}, {1}), minus_one}, 0));
+    Value position = b.iota(index_type, 0);
+    // A group's first row is its value (-0.0 before 0.0 stays -0.0, as on CPU).
+    Value first =
+        b.scatter_1d(b.constant_int(0, {DType::Int64, {count + 1}}), b.select(starts, group, spare), position);
+    first = b.slice(first, {0}, {count}, {1});
+    TensorType element_index{DType::Int64, {count, k}};
+    Value elements = b.binary(
+        Binary::Add,
+        b.binary(Binary::Multiply, b.broadcast_in_dim(first, {count, k}, {0}), b.constant_int(k, element_index)),
+        b.iota(element_index, 1));
+    Value values = b.gather_1d(x, b.reshape(elements, {count * k}));
+    // counts[g] = end[g] - end[g-1], with end[g] one past the last row of group g.
+    Value end = b.scatter_1d(b.constant_int(0, {DType::Int64, {count + 1}}), b.select(ends, group, spare),
+                             b.binary(Binary::Add, position, b.constant_int(1, index_type)));
+    end = b.slice(end, {0}, {count}, {1});
+    Value previous = b.concatenate({b.constant_int(0, {DType::Int64, {1}}), b.slice(end, {0}, {count - 1}, {1})}, 0);
+    Value counts = b.binary(Binary::Subtract, end, previous);
+    // inverse[order[i]] = group[i]
+    Value inverse = b.scatter_1d(b.constant_int(0, index_type), order, group);
+    return std::make_pair(b.module({values, inverse, counts}),
+                          std::vector<TensorType>{values.type, inverse.type, counts.type});
+  });
+  auto out = Runtime::get().execute(*program, {g.rows->raw(), g.order->raw(), g.group->raw()}, dev, op.gather);
+  return {wrap_buffer(out[0], {count * k}, rows.scalar_type(), dev), wrap_buffer(out[1], {m}, at::kLong, dev),
+          wrap_buffer(out[2], {count}, at::kLong, dev), count};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_flat(const at::Tensor& self, bool sort, bool return_inverse,
+                                                           bool return_counts, const UniqueOp& op) {
+  auto index_options = self.options().dtype(at::kLong);
+  if (self.numel() == 0)
+    return {at::empty({0}, self.options()),
+            at::empty(return_inverse ? self.sizes() : at::IntArrayRef{0}, index_options),
+            at::empty({0}, index_options)};
+  auto [values, inverse, counts, count] = unique_rows(self.reshape({self.numel(), 1}), sort, op);
+  return {values, return_inverse ? inverse.view(self.sizes()) : at::empty({0}, index_options),
+          return_counts ? counts : at::empty({0}, index_options)};
+}
+
+// Rows longer than this compare on the CPU fallback: the sort's comparator
+// grows with the row.
+constexpr int64_t kMaxRowLength = 64;
+
+// Whether unique along `dim` runs on the device: empty inputs (CPU's errors
+// and results) and long rows go to the CPU fallback.
+bool unique_dim_fits(const at::Tensor& self, int64_t dim) {
+  return self.numel() > 0 && self.numel() / self.size(c10::maybe_wrap_dim(dim, self.dim())) <= kMaxRowLength;
+}
+
+// unique along `dim`: rows are the slices self.select(dim, i), compared whole.
+void unique_dim_on_device(const at::Tensor& self, int64_t dim, bool sort, bool return_inverse, bool return_counts,
+                          const UniqueOp& op, torch::jit::Stack* stack) {
+  dim = c10::maybe_wrap_dim(dim, self.dim());
+  const int64_t m = self.size(dim);
+  at::Tensor rows = self.movedim(dim, 0).contiguous();
+  std::vector<int64_t> row_shape(rows.sizes().begin() + 1, rows.sizes().end());
+  auto [values, inverse, counts, count] = unique_rows(rows.reshape({m, -1}), sort, op);
+  std::vector<int64_t> value_shape{count};
+  value_shape.insert(value_shape.end(), row_shape.begin(), row_shape.end());
+  auto index_options = self.options().dtype(at::kLong);
+  torch::jit::push(*stack, values.view(value_shape).movedim(0, dim),
+                   return_inverse ? inverse : at::empty({0}, index_options),
+                   return_counts ? counts : at::empty({0}, index_options));
+}
+
+// sorted=False also sorts, as CUDA does (and as CPU does for these dtypes).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool /*sorted*/, bool return_inverse,
+                                                       bool return_counts) {
+  return unique_flat(self, /*sort=*/true, return_inverse, return_counts, kUnique2);
+}
+
+// unique_dim(self, dim, sorted, return_inverse, return_counts)
+void unique_dim(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 5);
+  at::Tensor self = args[0].toTensor();
+  int64_t dim = args[1].toInt();
+  bool return_inverse = args[3].toBool(), return_counts = args[4].toBool();
+  if (!unique_dim_fits(self, dim))
+    return run_cpu_fallback(op, stack, "for empty inputs or rows longer than 64 elements");
+  torch::jit::drop(*stack, 5);
+  unique_dim_on_device(self, dim, /*sort=*/true, return_inverse, return_counts, kUniqueDim, stack);
+}
+
+// unique_consecutive(self, return_inverse, return_counts, dim)
+void unique_consecutive(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 4);
+  at::Tensor self = args[0].toTensor();
+  bool return_inverse = args[1].toBool(), return_counts = args[2].toBool();
+  if (!args[3].isNone()) {
+    int64_t dim = args[3].toInt();
+    if (!unique_dim_fits(self, dim))
+      return run_cpu_fallback(op, stack, "with dim= for empty inputs or rows longer than 64 elements");
+    torch::jit::drop(*stack, 4);
+    unique_dim_on_device(self, dim, /*sort=*/false, return_inverse, return_counts, kUniqueConsecutive, stack);
+    return;
+  }
+  torch::jit::drop(*stack, 4);
+  auto [values, inverse, counts] = unique_flat(self, /*sort=*/false, return_inverse, return_counts, kUniqueConsecutive);
+  torch::jit::push(*stack, values, inverse, counts);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", nonzero);
   m.impl("masked_select", masked_select);
+  m.impl("_unique2", unique2);
+  m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&unique_consecutive>());
+  m.impl("unique_dim", torch::CppFunction::makeFromBoxedFunction<&unique_dim>());
 }
 
 }  // namespace torch_tpu::aten

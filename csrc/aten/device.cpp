@@ -48,16 +48,20 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
 void delete_storage(void* ptr) {
   auto* s = static_cast<DeviceStorage*>(ptr);
-  if (Runtime::initialized()) Runtime::get().track_allocation(s->device, -static_cast<int64_t>(s->nbytes));
+  if (Runtime::initialized()) Runtime::get().free(s->device, static_cast<int64_t>(s->nbytes));
   delete s;
 }
 
 struct TpuAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
+    try {
+      Runtime::get().allocate(current_device, static_cast<int64_t>(nbytes));
+    } catch (const runtime::OutOfMemory& e) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+    }
     auto* s = new DeviceStorage();
     s->nbytes = nbytes;
     s->device = current_device;
-    Runtime::get().track_allocation(s->device, static_cast<int64_t>(nbytes));
     return {s, s, &delete_storage, c10::Device(kTpu, current_device)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &delete_storage; }

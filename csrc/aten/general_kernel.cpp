@@ -596,6 +596,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<pjrt::BufferPtr> results;
   try {
     results = runtime.execute(*program, raw, dev, plan.name.c_str());
+  } catch (const runtime::OutOfMemory& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  op: ", plan.name, " with inputs ",
+                     describe_inputs(inputs));
   } catch (const std::exception& e) {
     TORCH_CHECK(false, e.what(), "\n  op: ", plan.name, " with inputs ", describe_inputs(inputs));
   }

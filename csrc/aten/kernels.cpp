@@ -44,16 +44,22 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
 const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::optional<at::MemoryFormat> format) {
   // Same shape: keep the strides (a view stays the view), like PyTorch's resize_.
   if (self.sizes() == size && !format) return self;
+  int64_t numel = c10::multiply_integers(size);
+  size_t needed = numel == 0 ? 0 : static_cast<size_t>(self.storage_offset() + numel) * self.element_size();
+  DeviceStorage& s = storage_of(self);
+  if (needed > s.nbytes) {
+    try {  // checked before the tensor or any host memory is touched: an OOM leaves self as it was
+      Runtime::get().resize(s.device, static_cast<int64_t>(needed - s.nbytes));
+    } catch (const runtime::OutOfMemory& e) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+    }
+  }
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   if (format && *format != at::MemoryFormat::Contiguous) impl->empty_tensor_restride(*format);
-  size_t needed = static_cast<size_t>(self.storage_offset() + self.numel()) * self.element_size();
-  if (self.numel() == 0) needed = 0;
-  DeviceStorage& s = storage_of(self);
   if (needed > s.nbytes) {
     std::vector<char> bytes(needed, 0);
     if (s.value && s.nbytes > 0) Runtime::get().download(*s.value, bytes.data(), s.nbytes);
-    Runtime::get().track_allocation(s.device, static_cast<int64_t>(needed - s.nbytes));
     s.nbytes = needed;
     s.dtype = to_dtype(self.scalar_type());
     s.value = Runtime::get().upload(bytes.data(), s.dtype, {s.numel()}, s.device);

@@ -25,11 +25,47 @@ void ensure_value(DeviceStorage& s, DType dtype) {
   s.value = Runtime::get().upload(zeros.data(), dtype, {s.numel()}, s.device);
 }
 
-void check_storage_dtype(const at::Tensor& t, const DeviceStorage& s, DType d) {
-  TORCH_CHECK(s.dtype == d || stablehlo::byte_size(s.dtype) == stablehlo::byte_size(d),
-              "torch_tpu: reading a storage written as ", stablehlo::mlir_name(s.dtype), " through a tensor of dtype ",
-              t.scalar_type(),
-              " with a different element size is not supported yet; copy the tensor instead of viewing it.");
+// Reinterprets the whole storage value as `dtype` (its bytes unchanged), for
+// a read or write through a dtype of another element size: storage-level
+// copies (torch.save / torch.load, UntypedStorage.copy_) move bytes as uint8.
+// bool <-> 1-byte integers convert (a bool byte is 0 or 1).
+void retype(const at::Tensor& t, DeviceStorage& s, DType dtype) {
+  const size_t from = stablehlo::byte_size(s.dtype), to = stablehlo::byte_size(dtype);
+  bool via_bool = s.dtype == DType::Bool || dtype == DType::Bool;
+  TORCH_CHECK(s.nbytes % to == 0 && (!via_bool || from == to), "torch_tpu: reading a storage of ", s.nbytes,
+              " bytes written as ", stablehlo::mlir_name(s.dtype), " through a tensor of dtype ", t.scalar_type(),
+              " is not supported; copy the tensor instead of viewing it.");
+  const int64_t from_numel = static_cast<int64_t>(s.nbytes / from), to_numel = static_cast<int64_t>(s.nbytes / to);
+  DType from_dtype = s.dtype;
+  std::string key = "retype|" + stablehlo::mlir_name(from_dtype) + "|" + std::to_string(from_numel) + "|" +
+                    stablehlo::mlir_name(dtype);
+  auto program = Runtime::get().program(key, [&] {
+    stablehlo::Builder b;
+    auto x = b.parameter(TensorType{from_dtype, {from_numel}});
+    stablehlo::Value out;
+    if (via_bool) {
+      out = dtype == DType::Bool ? b.compare(stablehlo::Compare::NE, x, b.constant(0, x.type)) : b.convert(x, dtype);
+    } else if (from > to) {  // one element becomes from/to narrower ones
+      auto r = static_cast<int64_t>(from / to);
+      out = b.reshape(b.bitcast_convert(x, TensorType{dtype, {from_numel, r}}), {to_numel});
+    } else if (from < to) {
+      auto r = static_cast<int64_t>(to / from);
+      out = b.bitcast_convert(b.reshape(x, {to_numel, r}), TensorType{dtype, {to_numel}});
+    } else {
+      out = b.bitcast_convert(x, TensorType{dtype, {to_numel}});
+    }
+    return std::make_pair(b.module({out}), std::vector<TensorType>{{dtype, {to_numel}}});
+  });
+  s.value = Runtime::get().execute(*program, {s.value->raw()}, s.device, "storage reinterpretation")[0];
+  s.dtype = dtype;
+}
+
+// A same-size dtype is read by bitcast inside the view-read program; any
+// other reinterprets the storage first.
+void match_storage_dtype(const at::Tensor& t, DeviceStorage& s, DType d) {
+  bool same_size = stablehlo::byte_size(s.dtype) == stablehlo::byte_size(d);
+  bool via_bool = s.dtype == DType::Bool || d == DType::Bool;
+  if (s.dtype != d && (!same_size || via_bool)) retype(t, s, d);
 }
 
 }  // namespace
@@ -100,7 +136,7 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
   DeviceStorage& s = storage_of(t);
   DType d = to_dtype(t.scalar_type());
   ensure_value(s, d);
-  check_storage_dtype(t, s, d);
+  match_storage_dtype(t, s, d);
   if (s.dtype == d && covers_storage(t, s)) return s.value;
   std::string key = "read|" + stablehlo::mlir_name(s.dtype) + "|" + std::to_string(s.numel()) + "|" +
                     stablehlo::mlir_name(d) + "|" + layout_key(t);
@@ -126,8 +162,7 @@ void write_dense(const at::Tensor& t, pjrt::BufferPtr value) {
     return;
   }
   ensure_value(s, d);
-  TORCH_CHECK(s.dtype == d, "torch_tpu: writing dtype ", t.scalar_type(), " into a storage last written as ",
-              stablehlo::mlir_name(s.dtype), " is not supported yet.");
+  if (s.dtype != d) retype(t, s, d);
   std::string key = "write|" + stablehlo::mlir_name(d) + "|" + std::to_string(s.numel()) + "|" + layout_key(t);
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end()), strides(t.strides().begin(), t.strides().end());
   int64_t offset = t.storage_offset(), numel = t.numel(), storage_numel = s.numel();

@@ -118,6 +118,12 @@ DType promote(DType a, bool a_scalar, DType b, bool b_scalar);
 Value lowest(Builder& b, DType t);
 Value highest(Builder& b, DType t);
 
+// Inclusive scan of `x` along `dim` with the associative `op` and its identity.
+Value scan(Builder& b, Value x, int64_t dim, stablehlo::Binary op, double identity);
+// "l goes before r" when sorting (a sort comparator): NaN above every number,
+// as PyTorch sorts; ties keep their order when the sort is stable.
+Value before(Builder& b, const Value& l, const Value& r, bool descending);
+
 // A dimension argument normalized to [0, rank).
 int64_t normalize_dim(int64_t dim, int64_t rank);
 

@@ -11,8 +11,9 @@ using stablehlo::Unary;
 
 DType accumulation_type(DType out) { return out == DType::Float16 || out == DType::BFloat16 ? DType::Float32 : out; }
 
-// Inclusive scan of `x` along `dim` with the associative `op` and its
-// identity: Hillis-Steele, log2(n) steps of x = x op (x shifted by 2^k).
+}  // namespace
+
+// Hillis-Steele: log2(n) steps of x = x op (x shifted by 2^k).
 Value scan(Builder& b, Value x, int64_t dim, Binary op, double identity) {
   const int64_t n = x.shape()[dim];
   for (int64_t k = 1; k < n; k *= 2) {
@@ -27,6 +28,8 @@ Value scan(Builder& b, Value x, int64_t dim, Binary op, double identity) {
   return x;
 }
 
+namespace {
+
 // cumsum / cumprod(self, dim, *, dtype)
 LoweringRule cumulative(Binary op, double identity) {
   return [op, identity](LoweringContext& c) -> std::vector<Value> {
@@ -38,8 +41,8 @@ LoweringRule cumulative(Binary op, double identity) {
   };
 }
 
-// "l goes before r" for sorting: NaN is above every number; ties keep their
-// order because the sort is stable.
+}  // namespace
+
 Value before(Builder& b, const Value& l, const Value& r, bool descending) {
   Value strict = b.compare(descending ? Compare::GT : Compare::LT, l, r);
   if (!stablehlo::is_float(l.dtype())) return strict;
@@ -48,6 +51,8 @@ Value before(Builder& b, const Value& l, const Value& r, bool descending) {
                                : b.binary(Binary::And, b.unary(Unary::Not, l_nan), r_nan);
   return b.binary(Binary::Or, strict, nan_order);
 }
+
+namespace {
 
 // Values and int64 indices of `x` sorted along `dim`, stably.
 std::pair<Value, Value> sorted(Builder& b, Value x, int64_t dim, bool descending) {

@@ -296,7 +296,7 @@ std::string Client::device_kind(size_t index) const {
   return std::string(k.device_kind, k.device_kind_size);
 }
 
-int64_t Client::device_bytes_in_use(size_t index) const {
+std::optional<DeviceMemoryStats> Client::device_memory_stats(size_t index) const {
   auto a = args<PJRT_Device_MemoryStats_Args>();
   a.device = devices_.at(index);
   PJRT_Error* error = plugin_->api()->PJRT_Device_MemoryStats(&a);
@@ -305,10 +305,22 @@ int64_t Client::device_bytes_in_use(size_t index) const {
     try {
       plugin_->check(error, "PJRT_Device_MemoryStats");
     } catch (const Error&) {
-      return -1;
+      return std::nullopt;
     }
   }
-  return a.bytes_in_use;
+  DeviceMemoryStats m;
+  m.bytes_in_use = a.bytes_in_use;
+  if (a.peak_bytes_in_use_is_set) m.peak_bytes_in_use = a.peak_bytes_in_use;
+  if (a.num_allocs_is_set) m.num_allocs = a.num_allocs;
+  if (a.bytes_limit_is_set) m.bytes_limit = a.bytes_limit;
+  if (a.bytes_reserved_is_set) m.bytes_reserved = a.bytes_reserved;
+  if (a.peak_bytes_reserved_is_set) m.peak_bytes_reserved = a.peak_bytes_reserved;
+  return m;
+}
+
+int64_t Client::device_bytes_in_use(size_t index) const {
+  auto m = device_memory_stats(index);
+  return m ? m->bytes_in_use : -1;
 }
 
 BufferPtr Client::buffer_from_host(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -101,6 +102,16 @@ class Executable {
   size_t num_outputs_ = 0;
 };
 
+// What PJRT_Device_MemoryStats reports; -1 for a field the plugin leaves unset.
+struct DeviceMemoryStats {
+  int64_t bytes_in_use = -1;
+  int64_t peak_bytes_in_use = -1;
+  int64_t num_allocs = -1;
+  int64_t bytes_limit = -1;
+  int64_t bytes_reserved = -1;
+  int64_t peak_bytes_reserved = -1;
+};
+
 struct NamedOption {
   std::string name;
   enum Kind { kString, kInt64, kFloat, kBool } kind;
@@ -122,6 +133,9 @@ class Client {
   std::string platform_name() const;
   std::string platform_version() const;
   std::string device_kind(size_t index) const;
+  // The plugin's memory statistics of a device; nullopt where the plugin
+  // does not implement them (the XLA CPU plugin).
+  std::optional<DeviceMemoryStats> device_memory_stats(size_t index) const;
   // bytes_in_use as the plugin reports it, or -1 where it reports nothing.
   int64_t device_bytes_in_use(size_t index) const;
 

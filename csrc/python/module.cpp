@@ -71,6 +71,35 @@ PYBIND11_MODULE(_C, m) {
   m.def("memory_allocated", [](int d) { return Runtime::get().memory_allocated(d); });
   m.def("max_memory_allocated", [](int d) { return Runtime::get().max_memory_allocated(d); });
   m.def("device_bytes_in_use", [](int d) { return Runtime::get().client().device_bytes_in_use(d); });
+  // CUDA's memory_stats keys for what we account, plus what the plugin reports.
+  m.def("memory_stats", [](int d) {
+    auto s = Runtime::get().memory_stats(d);
+    std::map<std::string, int64_t> out{
+        {"allocated_bytes.all.current", s.allocated_bytes},
+        {"allocated_bytes.all.peak", s.peak_allocated_bytes},
+        {"allocated_bytes.all.allocated", s.total_allocated_bytes},
+        {"allocated_bytes.all.freed", s.total_freed_bytes},
+        {"allocation.all.current", s.allocations},
+        {"allocation.all.peak", s.peak_allocations},
+        {"allocation.all.allocated", s.total_allocations},
+        {"allocation.all.freed", s.total_frees},
+        {"num_ooms", s.ooms},
+        {"num_alloc_retries", 0},
+        {"capacity_bytes", s.capacity},
+    };
+    if (auto p = Runtime::get().client().device_memory_stats(d)) {
+      out["device.bytes_in_use"] = p->bytes_in_use;
+      if (p->peak_bytes_in_use >= 0) out["device.peak_bytes_in_use"] = p->peak_bytes_in_use;
+      if (p->num_allocs >= 0) out["device.num_allocs"] = p->num_allocs;
+      if (p->bytes_limit >= 0) out["device.bytes_limit"] = p->bytes_limit;
+      if (p->bytes_reserved >= 0) out["device.bytes_reserved"] = p->bytes_reserved;
+      if (p->peak_bytes_reserved >= 0) out["device.peak_bytes_reserved"] = p->peak_bytes_reserved;
+    }
+    return out;
+  });
+  m.def("reset_peak_memory_stats", [](int d) { Runtime::get().reset_peak_memory_stats(d); });
+  m.def("reset_accumulated_memory_stats", [](int d) { Runtime::get().reset_accumulated_memory_stats(d); });
+  m.def("memory_capacity", [](int d) { return Runtime::get().memory_capacity(d); });
   m.def("set_eager_mode", [](const std::string& mode) {
     if (mode == "strict")
       Runtime::get().set_mode(EagerMode::Strict);

@@ -1,8 +1,11 @@
 #include "runtime/runtime.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace torch_tpu::runtime {
@@ -31,6 +34,26 @@ std::string hash_hex(const std::string& s) {
   std::ostringstream o;
   o << std::hex << h;
   return o.str();
+}
+
+// Bytes device `d` can hold (Runtime::memory_capacity).
+int64_t find_capacity(const pjrt::Client& client, size_t d) {
+  if (std::string limit = env("TORCH_TPU_MEMORY_LIMIT"); !limit.empty()) {
+    size_t used = 0;
+    int64_t bytes = -1;
+    try {
+      bytes = std::stoll(limit, &used);
+    } catch (const std::exception&) {
+    }
+    if (bytes <= 0 || used != limit.size())
+      throw std::runtime_error("torch_tpu: TORCH_TPU_MEMORY_LIMIT='" + limit +
+                               "' is not a positive number of bytes (e.g. 8589934592 for 8 GiB).");
+    return bytes;
+  }
+  if (auto stats = client.device_memory_stats(d); stats && stats->bytes_limit > 0) return stats->bytes_limit;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) return static_cast<int64_t>(pages) * page;
+  return std::numeric_limits<int64_t>::max();
 }
 
 }  // namespace
@@ -116,8 +139,9 @@ Runtime::Runtime() {
     else if (m != "strict")
       throw std::runtime_error("torch_tpu: TORCH_TPU_EAGER_MODE='" + m + "' is not one of: strict, debug.");
   }
-  allocated_ = std::vector<std::atomic<int64_t>>(device_count());
-  peak_ = std::vector<std::atomic<int64_t>>(device_count());
+  memory_.resize(device_count());
+  capacity_.resize(device_count());
+  for (size_t d = 0; d < device_count(); ++d) capacity_[d] = find_capacity(*client_, d);
   pending_.resize(device_count());
 }
 
@@ -142,6 +166,11 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   auto program = std::make_shared<Program>();
   program->outputs = std::move(spec.outputs);
   program->checks = std::move(spec.checks);
+  for (const auto& t : program->outputs) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    program->output_bytes += n * static_cast<int64_t>(stablehlo::byte_size(t.dtype));
+  }
   program->mlir = mlir;
   // The on-disk cache is keyed by what was compiled and by which plugin.
   std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
@@ -180,6 +209,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
 
 std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
                                               const char* what) {
+  check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
   auto outputs = program.executable->execute(args, this->device(device));
   {
@@ -280,15 +310,103 @@ void Runtime::reset_metrics() {
   cache_hits_ = 0;
 }
 
-void Runtime::track_allocation(int device, int64_t delta) {
-  if (device < 0 || static_cast<size_t>(device) >= allocated_.size()) return;
-  int64_t now = allocated_[device].fetch_add(delta) + delta;
-  int64_t peak = peak_[device].load();
-  while (now > peak && !peak_[device].compare_exchange_weak(peak, now)) {
+namespace {
+
+std::string gib(int64_t bytes) {
+  std::ostringstream o;
+  o.precision(2);
+  o << std::fixed << static_cast<double>(bytes) / (1ll << 30) << " GiB";
+  return o.str();
+}
+
+}  // namespace
+
+void Runtime::check_fits(int device, int64_t nbytes) {
+  if (device < 0 || static_cast<size_t>(device) >= memory_.size()) return;
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  check_fits_locked(device, nbytes);
+}
+
+void Runtime::check_fits_locked(int device, int64_t nbytes) {
+  MemoryStats& m = memory_[device];
+  if (nbytes > capacity_[device] - m.allocated_bytes) {
+    ++m.ooms;
+    throw OutOfMemory("torch_tpu: out of memory on tpu:" + std::to_string(device) + ": tried to allocate " +
+                      std::to_string(nbytes) + " bytes (" + gib(nbytes) + "); the device holds " +
+                      std::to_string(capacity_[device]) + " bytes (" + gib(capacity_[device]) + ") and " +
+                      std::to_string(m.allocated_bytes) + " bytes (" + gib(m.allocated_bytes) +
+                      ") are allocated by tensors. Free tensors, use smaller sizes, or (host-memory devices) set "
+                      "TORCH_TPU_MEMORY_LIMIT=<bytes> to change the capacity.");
   }
 }
 
-int64_t Runtime::memory_allocated(int device) const { return allocated_.at(device).load(); }
-int64_t Runtime::max_memory_allocated(int device) const { return peak_.at(device).load(); }
+void Runtime::allocate(int device, int64_t nbytes) {
+  if (device < 0 || static_cast<size_t>(device) >= memory_.size()) return;
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  check_fits_locked(device, nbytes);
+  MemoryStats& m = memory_[device];
+  m.allocated_bytes += nbytes;
+  m.total_allocated_bytes += nbytes;
+  m.peak_allocated_bytes = std::max(m.peak_allocated_bytes, m.allocated_bytes);
+  ++m.allocations;
+  ++m.total_allocations;
+  m.peak_allocations = std::max(m.peak_allocations, m.allocations);
+}
+
+void Runtime::free(int device, int64_t nbytes) {
+  if (device < 0 || static_cast<size_t>(device) >= memory_.size()) return;
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  MemoryStats& m = memory_[device];
+  m.allocated_bytes -= nbytes;
+  m.total_freed_bytes += nbytes;
+  --m.allocations;
+  ++m.total_frees;
+}
+
+void Runtime::resize(int device, int64_t delta) {
+  if (device < 0 || static_cast<size_t>(device) >= memory_.size()) return;
+  if (delta > 0) {
+    allocate(device, delta);
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    MemoryStats& m = memory_[device];  // the same storage: not a new allocation
+    --m.allocations;
+    --m.total_allocations;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  memory_[device].allocated_bytes += delta;
+  memory_[device].total_freed_bytes -= delta;
+}
+
+int64_t Runtime::memory_allocated(int device) const { return memory_stats(device).allocated_bytes; }
+int64_t Runtime::max_memory_allocated(int device) const { return memory_stats(device).peak_allocated_bytes; }
+
+MemoryStats Runtime::memory_stats(int device) const {
+  this->device(device);  // range check with its message
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  MemoryStats m = memory_[device];
+  m.capacity = capacity_[device];
+  return m;
+}
+
+void Runtime::reset_peak_memory_stats(int device) {
+  this->device(device);
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  MemoryStats& m = memory_[device];
+  m.peak_allocated_bytes = m.allocated_bytes;
+  m.peak_allocations = m.allocations;
+}
+
+void Runtime::reset_accumulated_memory_stats(int device) {
+  this->device(device);
+  std::lock_guard<std::mutex> lock(memory_mutex_);
+  MemoryStats& m = memory_[device];
+  m.total_allocated_bytes = m.total_freed_bytes = m.total_allocations = m.total_frees = m.ooms = 0;
+}
+
+int64_t Runtime::memory_capacity(int device) const {
+  this->device(device);
+  return capacity_[device];
+}
 
 }  // namespace torch_tpu::runtime

@@ -45,6 +45,7 @@ struct Program {
   // The last checks.size() outputs are bool[1] flags that must be true; each
   // names what it checks ("index out of range in self"), like CUDA's device asserts.
   std::vector<std::string> checks;
+  int64_t output_bytes = 0;  // checked against the device's free capacity before each run
 };
 
 // What building a program yields: MLIR text, output types, and check messages.
@@ -64,6 +65,22 @@ struct DeviceCheckFailed : std::out_of_range {
   using std::out_of_range::out_of_range;
 };
 using ProgramPtr = std::shared_ptr<const Program>;
+
+// An allocation the device cannot hold; the aten layer raises it as
+// torch.OutOfMemoryError. Nothing was allocated, so the process stays usable.
+struct OutOfMemory : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Our accounting of device storages on one device (CUDA's memory_stats names).
+struct MemoryStats {
+  int64_t allocated_bytes = 0, peak_allocated_bytes = 0;
+  int64_t total_allocated_bytes = 0, total_freed_bytes = 0;  // cumulative
+  int64_t allocations = 0, peak_allocations = 0;
+  int64_t total_allocations = 0, total_frees = 0;  // cumulative
+  int64_t ooms = 0;
+  int64_t capacity = 0;  // what the allocation check allows (memory_capacity)
+};
 
 enum class EagerMode { Strict, Debug };
 
@@ -86,6 +103,7 @@ class Runtime {
   // on the first request only. Thread-safe.
   ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build);
   // Runs `program` on `device`, not waiting for it unless the mode is Debug.
+  // Throws OutOfMemory, before running, when its outputs cannot fit.
   std::vector<pjrt::BufferPtr> execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
                                        const char* what);
 
@@ -111,10 +129,22 @@ class Runtime {
   std::map<std::string, int64_t> metrics();
   void reset_metrics();
 
-  // Bytes held by live device storages, per device; and the peak.
-  void track_allocation(int device, int64_t delta);
+  // Device storage accounting. allocate() throws OutOfMemory when the
+  // storages of `device` would exceed its capacity; resize() grows or shrinks
+  // a live storage by `delta` bytes (same check when growing).
+  void allocate(int device, int64_t nbytes);
+  void free(int device, int64_t nbytes);
+  void resize(int device, int64_t delta);
+  // Throws OutOfMemory when `nbytes` more do not fit on `device`.
+  void check_fits(int device, int64_t nbytes);
   int64_t memory_allocated(int device) const;
   int64_t max_memory_allocated(int device) const;
+  MemoryStats memory_stats(int device) const;
+  void reset_peak_memory_stats(int device);
+  void reset_accumulated_memory_stats(int device);
+  // Bytes the device can hold: TORCH_TPU_MEMORY_LIMIT if set, else the
+  // plugin's bytes_limit, else (a host-memory plugin) the machine's physical RAM.
+  int64_t memory_capacity(int device) const;
 
  private:
   Runtime();
@@ -127,7 +157,10 @@ class Runtime {
   std::atomic<int64_t> executions_{0}, cache_hits_{0};  // the per-op counters, kept lock-free
   std::atomic<EagerMode> mode_{EagerMode::Strict};
   std::atomic<bool> check_nan_{false};
-  std::vector<std::atomic<int64_t>> allocated_, peak_;
+  mutable std::mutex memory_mutex_;  // the accounting only: held for a few additions
+  std::vector<MemoryStats> memory_;
+  std::vector<int64_t> capacity_;
+  void check_fits_locked(int device, int64_t nbytes);
   // Outputs launched since the last synchronize, with the op that made them,
   // so that an asynchronous device error names its op.
   struct Pending {
