@@ -27,7 +27,7 @@ build: system-deps $(DEPS)
 	  -Cbuild-dir=$(BUILD) -e .
 
 demo: build
-	$(PY) -m torch_tpu.demo
+	$(PY) -m torch_tpu.demo --compare-cpu
 
 PLUGIN = $$($(PY) -c "import lammps_jax_pjrt_cpu as p; print(p.PLUGIN_PATH)")
 

@@ -6,11 +6,12 @@ are execution paths measured in the same run; the ratio is to CPU PyTorch
 eager. Paths not implemented yet (Fused eager, torch.compile(backend="tpu"),
 torch.compile inductor on CPU) are listed in PATHS and print when available.
 
-    python benchmarks/train_step.py [--steps N] [--warmup N] [--sizes demo,wide]
+    python benchmarks/train_step.py [--steps N] [--warmup N] [--sizes demo,wide] [--threads N]
 """
 
 import argparse
 import copy
+import os
 import platform
 import statistics
 import time
@@ -88,13 +89,19 @@ def median_step_ms(path: Path, base_model: demo.GPT, size: dict, steps: int, war
         for _ in range(warmup):  # compiles happen here
             step()
         samples = []
+        compiles = torch_tpu.metrics().get("compiles", 0)
         for _ in range(steps):
             t0 = time.perf_counter()
             step()
             samples.append((time.perf_counter() - t0) * 1e3)
+        if path.device == "tpu":
+            COMPILES_PER_STEP[size["name"], path.name] = (torch_tpu.metrics().get("compiles", 0) - compiles) / steps
     finally:
         torch_tpu.set_eager_mode("strict")
     return statistics.median(samples)
+
+
+COMPILES_PER_STEP: dict[tuple[str, str], float] = {}  # (size, path) -> compiles per timed step
 
 
 def main() -> None:
@@ -102,13 +109,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per path (median)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compiles)")
     parser.add_argument("--sizes", default="demo,wide", help=f"comma-separated, from {', '.join(SIZES)}")
+    parser.add_argument("--threads", type=int, help="CPU eager's intra-op threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     vocab = demo.CharTokenizer(demo.load_corpus()).vocab_size
     results = {}  # (size, path name) -> ms
     for name in args.sizes.split(","):
         size = SIZES[name]
-        sizes = {k: v for k, v in size.items() if k != "batch"}
+        sizes = {k: size[k] for k in ("n_layers", "d_model", "n_heads", "context")}
+        size["name"] = name
         base = demo.make_model(vocab, seed=0, dropout=0.0, **sizes)
         size["params"] = sum(p.numel() for p in base.parameters())
         torch_tpu.reset_metrics()
@@ -118,7 +129,11 @@ def main() -> None:
             k.split("::", 1)[1] for k, v in torch_tpu.metrics().items() if "fallback::" in k and v
         )
 
-    print(f"machine: {platform.machine()}, {torch.get_num_threads()} threads; torch {torch.__version__}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, load {load}"
+    )
+    print(f"torch:   {torch.__version__}")
     print(f"device:  {torch.tpu.get_device_name()}, PJRT C API {torch_tpu._C.plugin_api_version()}")
     print(
         f"step:    forward + cross_entropy + backward + clip_grad_norm_ + AdamW, synchronized; median of {args.steps}\n"
@@ -137,6 +152,9 @@ def main() -> None:
             f"{v / base_ms:.2f}" if v is not None else "-" for c, v in zip(cols, ms, strict=True) if c != BASELINE.name
         ]
         print("| " + " | ".join(cells) + " |")
+    for (name, path), n in COMPILES_PER_STEP.items():
+        if n:  # Scalars that change every step (Adam's bias corrections) compile once per value for now
+            print(f"\n{name}, {path}: {n:.1f} compiles per timed step")
     for name in args.sizes.split(","):
         if SIZES[name]["fallbacks"]:
             print(f"\n{name}: ops on the CPU fallback: {', '.join(SIZES[name]['fallbacks'])}")

@@ -298,7 +298,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--out", type=Path, default=Path("demo_loss.png"), help="loss-curve PNG (default demo_loss.png)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--dropout", type=float, default=0.1, help="dropout (0 with --compare-cpu)")
     parser.add_argument("--sample-chars", type=int, default=120, help="length of the greedy sample")
