@@ -26,7 +26,7 @@ from torch_tpu import demo
 
 # Model sizes (rows). "demo" is what `make demo` trains.
 SIZES = {
-    "demo": dict(n_layers=2, d_model=64, n_heads=4, context=32, batch=16),
+    "demo": dict(n_layers=2, d_model=64, n_heads=4, context=32, batch=32),
     "wide": dict(n_layers=4, d_model=128, n_heads=4, context=64, batch=16),
 }
 
