@@ -1,0 +1,164 @@
+"""Training step time of the demo GPT: median milliseconds per step.
+
+One step = forward, cross-entropy, backward, clip_grad_norm_, AdamW step,
+then a synchronize (so the time is the device's, not the launch's). Columns
+are execution paths measured in the same run; the ratio is to CPU PyTorch
+eager. Paths not implemented yet (Fused eager, torch.compile(backend="tpu"),
+torch.compile inductor on CPU) are listed in PATHS and print when available.
+
+    python benchmarks/train_step.py [--steps N] [--warmup N] [--sizes demo,wide] [--threads N]
+"""
+
+import argparse
+import copy
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import demo
+
+# Model sizes (rows). "demo" is what `make demo` trains.
+SIZES = {
+    "demo": dict(n_layers=2, d_model=64, n_heads=4, context=32, batch=32),
+    "wide": dict(n_layers=4, d_model=128, n_heads=4, context=64, batch=16),
+}
+
+
+@dataclass
+class Path:
+    """An execution path: a column of the table. `prepare` returns a step function, or None if not available."""
+
+    name: str
+    device: str
+    prepare: Callable[[demo.GPT, str], Callable | None]
+
+
+def eager(model, device):
+    return model
+
+
+def tpu_mode(mode):
+    def prepare(model, device):
+        torch_tpu.set_eager_mode(mode)
+        return model
+
+    return prepare
+
+
+# Columns, in order. Add Fused eager and the torch.compile paths here when they land, e.g.
+#   Path("tpu Fused", "tpu", tpu_mode("fused")),
+#   Path("tpu compile", "tpu", lambda m, d: torch.compile(m, backend="tpu")),
+#   Path("CPU inductor", "cpu", lambda m, d: torch.compile(m, backend="inductor")),
+BASELINE = Path("CPU eager", "cpu", eager)
+PATHS = [BASELINE, Path("tpu Strict", "tpu", tpu_mode("strict"))]
+
+
+def sync(device):
+    if device == "tpu":
+        torch.tpu.synchronize()
+
+
+def median_step_ms(path: Path, base_model: demo.GPT, size: dict, steps: int, warmup: int) -> float | None:
+    model = copy.deepcopy(base_model).to(path.device).train()
+    fn = path.prepare(model, path.device)
+    if fn is None:
+        return None
+    opt = demo.make_optimizer(model, 3e-3)
+    g = torch.Generator().manual_seed(0)
+    vocab, ctx, batch = model.cfg.vocab_size, size["context"], size["batch"]
+    x = torch.randint(vocab, (batch, ctx), generator=g).to(path.device)
+    y = torch.randint(vocab, (batch, ctx), generator=g).to(path.device)
+
+    def step():
+        logits, _ = fn(x)
+        loss = F.cross_entropy(logits.view(-1, vocab), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sync(path.device)
+
+    try:
+        for _ in range(warmup):  # compiles happen here
+            step()
+        samples = []
+        compiles = torch_tpu.metrics().get("compiles", 0)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            step()
+            samples.append((time.perf_counter() - t0) * 1e3)
+        if path.device == "tpu":
+            COMPILES_PER_STEP[size["name"], path.name] = (torch_tpu.metrics().get("compiles", 0) - compiles) / steps
+    finally:
+        torch_tpu.set_eager_mode("strict")
+    return statistics.median(samples)
+
+
+COMPILES_PER_STEP: dict[tuple[str, str], float] = {}  # (size, path) -> compiles per timed step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per path (median)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compiles)")
+    parser.add_argument("--sizes", default="demo,wide", help=f"comma-separated, from {', '.join(SIZES)}")
+    parser.add_argument("--threads", type=int, help="CPU eager's intra-op threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    vocab = demo.CharTokenizer(demo.load_corpus()).vocab_size
+    results = {}  # (size, path name) -> ms
+    for name in args.sizes.split(","):
+        size = SIZES[name]
+        sizes = {k: size[k] for k in ("n_layers", "d_model", "n_heads", "context")}
+        size["name"] = name
+        base = demo.make_model(vocab, seed=0, dropout=0.0, **sizes)
+        size["params"] = sum(p.numel() for p in base.parameters())
+        torch_tpu.reset_metrics()
+        for path in PATHS:
+            results[name, path.name] = median_step_ms(path, base, size, args.steps, args.warmup)
+        size["fallbacks"] = sorted(
+            k.split("::", 1)[1] for k, v in torch_tpu.metrics().items() if "fallback::" in k and v
+        )
+
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, load {load}"
+    )
+    print(f"torch:   {torch.__version__}")
+    print(f"device:  {torch.tpu.get_device_name()}, PJRT C API {torch_tpu._C.plugin_api_version()}")
+    print(
+        f"step:    forward + cross_entropy + backward + clip_grad_norm_ + AdamW, synchronized; median of {args.steps}\n"
+    )
+    cols = [p.name for p in PATHS if any(results.get((n, p.name)) is not None for n in args.sizes.split(","))]
+    header = ["model", "params"] + [f"{c} ms" for c in cols] + [f"{c} x CPU" for c in cols if c != BASELINE.name]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for name in args.sizes.split(","):
+        s = SIZES[name]
+        label = f"{name}: {s['n_layers']}L d{s['d_model']} ctx{s['context']} b{s['batch']}"
+        base_ms = results[name, BASELINE.name]
+        ms = [results.get((name, c)) for c in cols]
+        cells = [label, f"{s['params']:,}"] + [f"{v:.2f}" if v is not None else "-" for v in ms]
+        cells += [
+            f"{v / base_ms:.2f}" if v is not None else "-" for c, v in zip(cols, ms, strict=True) if c != BASELINE.name
+        ]
+        print("| " + " | ".join(cells) + " |")
+    for (name, path), n in COMPILES_PER_STEP.items():
+        if n:  # Scalars that change every step (Adam's bias corrections) compile once per value for now
+            print(f"\n{name}, {path}: {n:.1f} compiles per timed step")
+    for name in args.sizes.split(","):
+        if SIZES[name]["fallbacks"]:
+            print(f"\n{name}: ops on the CPU fallback: {', '.join(SIZES[name]['fallbacks'])}")
+
+
+if __name__ == "__main__":
+    main()
