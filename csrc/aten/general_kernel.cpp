@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "aten/cpu_fallback.h"
+#include "aten/generator.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
 
@@ -36,6 +37,9 @@ struct OpPlan {
   // stats): the rule returns their new values after the outputs, one per
   // argument that is a defined tensor, in argument order.
   std::vector<int> mutated;
+  // The argument a random in-place op overwrites without reading (self of
+  // uniform_, normal_, ...), passed like an out= argument; -1 if none.
+  int overwritten = -1;
 };
 
 std::string full_name(const c10::OperatorName& n) {
@@ -97,6 +101,11 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
     plan.rule = lowering::find_rule(full_name(plan.functional->operator_name()));
   }
   for (const auto& a : s.arguments()) plan.is_out.push_back(a.is_out());
+  // So a fresh tensor is never uploaded just to be overwritten; its shape goes in the key.
+  if (!plan.functional && op.hasTag(at::Tag::nondeterministic_seeded) && op.hasTag(at::Tag::inplace)) {
+    plan.overwritten = 0;
+    plan.is_out[0] = true;
+  }
   for (const auto& r : s.returns()) {
     int alias = -1;
     if (r.alias_info() && r.alias_info()->isWrite()) {
@@ -206,6 +215,9 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     key += ";";
   } else if (v.isDevice()) {
     key += "D;";
+  } else if (v.isGenerator()) {  // a random op's key: a fresh one per call, a program input
+    key += "g;";
+    inputs.push_back({next_key_tensor(v.toGenerator(), op), true});
   } else if (v.isComplexDouble()) {
     TORCH_CHECK_TYPE(false, "torch_tpu: ", op, " got a complex scalar; complex numbers are not supported on tpu.");
   } else {
@@ -224,6 +236,7 @@ c10::IValue to_meta(const c10::IValue& v) {
     return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
   };
   if (v.isTensor()) return meta(v.toTensor());
+  if (v.isGenerator()) return c10::IValue();  // meta kernels draw nothing; some (Python refs) refuse one
   if (v.isTensorList()) {
     std::vector<at::Tensor> ts;
     for (const at::Tensor& t : v.toTensorVector()) ts.push_back(meta(t));
@@ -329,6 +342,9 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, stablehlo::Builder& 
   } else if (v.isString()) {
     a.kind = LoweringArg::String;
     a.s = v.toStringRef();
+  } else if (v.isGenerator()) {  // the 0-d int64 key
+    a.kind = LoweringArg::Tensor;
+    a.tensor = params[next_param++];
   } else if (v.isOptionalTensorList()) {  // a None entry is a Value without a name
     a.kind = LoweringArg::TensorList;
     for (const auto& t : v.toOptionalTensorList()) {
@@ -348,6 +364,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   expand_index_masks(args, stack);
+  resolve_generators(op.schema(), args);
 
   std::string key;
   key.reserve(128);
@@ -356,6 +373,11 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<Input> inputs;
   std::optional<c10::Device> device;
   for (size_t i = 0; i < n; ++i) describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
+  if (plan.overwritten >= 0) {
+    key += '[';
+    append_dims(key, args[plan.overwritten].toTensor().sizes());
+    key += ']';
+  }
   TORCH_CHECK(device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
 
   // Destination dtypes of the written arguments decide the program's output types.
