@@ -101,7 +101,8 @@ std::string str(double v) {
   return s.str();
 }
 
-[[noreturn]] void fail(const std::string& message) { throw std::invalid_argument(message); }
+// runtime_error: RuntimeError from Python however the op was called, as on CPU.
+[[noreturn]] void fail(const std::string& message) { throw std::runtime_error(message); }
 
 // The key argument: the general kernel turns the Generator into a 0-d int64.
 const Value& key_arg(LoweringContext& c, size_t i) {
