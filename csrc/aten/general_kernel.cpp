@@ -15,6 +15,7 @@
 #include "aten/cpu_fallback.h"
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
+#include "lowering/random.h"
 #include "lowering/registry.h"
 
 namespace torch_tpu::aten {
@@ -102,7 +103,7 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
   }
   for (const auto& a : s.arguments()) plan.is_out.push_back(a.is_out());
   // So a fresh tensor is never uploaded just to be overwritten; its shape goes in the key.
-  if (!plan.functional && op.hasTag(at::Tag::nondeterministic_seeded) && op.hasTag(at::Tag::inplace)) {
+  if (!plan.functional && lowering::overwrites_first_argument(plan.name)) {
     plan.overwritten = 0;
     plan.is_out[0] = true;
   }

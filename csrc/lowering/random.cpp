@@ -8,6 +8,7 @@
 // parameters.
 #include "lowering/random.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -444,7 +445,36 @@ std::vector<Value> multinomial(LoweringContext& c) {
   return {c.b.reshape(index, c.out().shape)};
 }
 
+// rrelu_with_noise(self, noise(b!), lower, upper, training, generator):
+// training: negative (<= 0) elements times r ~ U(lower, upper), noise = r
+// there and 1 elsewhere; evaluation: leaky_relu with the mean slope, noise
+// kept. Returns the output and noise's new value (the general kernel writes it).
+std::vector<Value> rrelu_with_noise(LoweringContext& c) {
+  TensorType t = compute_type(c, "rrelu_with_noise");
+  Value x = c.b.cast(c.tensor(0), t.dtype);
+  Value lower = c.value_as(2, t), upper = c.value_as(3, t);
+  if (!(c.has(4) && c.args[4].b)) {
+    Value slope = mul(c.b, add(c.b, lower, upper), c.b.constant(0.5, t));
+    Value y = c.b.select(c.b.compare(Compare::GT, x, c.b.constant(0, t)), x, mul(c.b, x, slope));
+    return {c.b.cast(y, c.out().dtype), c.tensor(1)};
+  }
+  Value u = random_uniform(c.b, key_arg(c, 5), c.out());
+  Value r = add(c.b, lower, mul(c.b, u, c.b.binary(Binary::Subtract, upper, lower)));
+  Value negative = c.b.compare(Compare::LE, x, c.b.constant(0, t));
+  Value y = c.b.select(negative, mul(c.b, x, r), x);
+  Value noise = c.b.select(negative, r, c.b.constant(1, t));
+  return {c.b.cast(y, c.out().dtype), c.b.cast(noise, c.tensor(1).dtype())};
+}
+
 }  // namespace
+
+bool overwrites_first_argument(std::string_view op) {
+  static const std::vector<std::string_view> ops = {
+      "aten::uniform_",    "aten::normal_",           "aten::random_",         "aten::random_.from",
+      "aten::random_.to",  "aten::exponential_",      "aten::geometric_",      "aten::cauchy_",
+      "aten::log_normal_", "aten::bernoulli_.Tensor", "aten::bernoulli_.float"};
+  return std::find(ops.begin(), ops.end(), op) != ops.end();
+}
 
 LOWERING("aten::uniform_", uniform);
 LOWERING("aten::normal_", normal_inplace);
@@ -465,5 +495,6 @@ LOWERING("aten::bernoulli.p", bernoulli_float);
 LOWERING("aten::native_dropout_backward", dropout_backward);
 LOWERING("aten::randperm.generator_out", randperm);
 LOWERING("aten::multinomial", multinomial);
+LOWERING("aten::rrelu_with_noise", rrelu_with_noise);
 
 }  // namespace torch_tpu::lowering

@@ -5,6 +5,8 @@
 // shared by the rules of random.cpp and tested on their own.
 #pragma once
 
+#include <string_view>
+
 #include "stablehlo/builder.h"
 
 namespace torch_tpu::lowering {
@@ -37,5 +39,11 @@ Value random_uniform(Builder& b, const Value& key, const TensorType& type);
 // Standard normal of `type.shape` in random_compute_type(type.dtype): Box-Muller
 // on two open uniforms of the compute type's full precision.
 Value random_normal(Builder& b, const Value& key, const TensorType& type);
+
+// Whether the rule of `op` overwrites its first argument without reading it
+// (uniform_, normal_, bernoulli_, ...): the general kernel then passes that
+// argument like an out= one, so a fresh tensor is never uploaded to be
+// overwritten.
+bool overwrites_first_argument(std::string_view op);
 
 }  // namespace torch_tpu::lowering

@@ -157,6 +157,14 @@ def test_fork_rng_restores_the_device_state():
     assert torch.equal(torch.rand(10, device=D).cpu(), a)
 
 
+def test_filling_a_fresh_tensor_uploads_only_the_key():
+    torch.rand(1000, device=D).cpu()  # compiled
+    torch_tpu.reset_metrics()
+    torch.rand(1000, device=D)
+    torch.empty(1000, device=D).normal_()
+    assert torch_tpu.metrics()["transfers_to_device"] == 2  # one 8-byte key each, never the tensor
+
+
 def test_a_cpu_generator_is_refused_with_a_clear_message():
     with pytest.raises(RuntimeError, match='expected a tpu generator.*torch.Generator\\(device="tpu"\\)'):
         torch.rand(3, device=D, generator=torch.Generator())
@@ -418,6 +426,22 @@ def test_other_distributions_moments():
     ln = torch.empty(N, device=D).log_normal_(0.5, 0.25).cpu()
     assert ln.min() > 0
     assert_mean(ln.log(), 0.5, 0.25)
+
+
+def test_rrelu_in_training_draws_slopes_and_backward_uses_them():
+    torch.manual_seed(13)
+    x = torch.randn(N, device=D, requires_grad=True)
+    y = torch.nn.functional.rrelu(x, lower=0.1, upper=0.3, training=True)
+    y.backward(torch.ones_like(y))
+    xs, ys, grad = x.detach().cpu(), y.detach().cpu(), x.grad.cpu()
+    pos = xs > 0
+    assert torch.equal(ys[pos], xs[pos]) and (grad[pos] == 1).all()
+    slopes = ys[~pos] / xs[~pos]
+    assert slopes.min() >= 0.1 - 1e-6 and slopes.max() <= 0.3 + 1e-6
+    assert ks_distance(slopes, lambda t: ((t - 0.1) / 0.2).clamp(0, 1)) < 2.0 / math.sqrt(slopes.numel()) + 1e-5
+    torch.testing.assert_close(grad[~pos], slopes)
+    ev = torch.nn.functional.rrelu(x.detach(), lower=0.1, upper=0.3, training=False).cpu()
+    torch.testing.assert_close(ev, torch.nn.functional.rrelu(xs, lower=0.1, upper=0.3, training=False))
 
 
 # ------------------------------------------------------------------ errors, as on CPU
