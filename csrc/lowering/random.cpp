@@ -102,6 +102,23 @@ std::string str(double v) {
   return s.str();
 }
 
+// The dtype as PyTorch users spell it, for messages.
+std::string torch_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "torch.bool";
+    case DType::Int8: return "torch.int8";
+    case DType::Int16: return "torch.int16";
+    case DType::Int32: return "torch.int32";
+    case DType::Int64: return "torch.int64";
+    case DType::UInt8: return "torch.uint8";
+    case DType::Float16: return "torch.float16";
+    case DType::BFloat16: return "torch.bfloat16";
+    case DType::Float32: return "torch.float32";
+    case DType::Float64: return "torch.float64";
+  }
+  return "?";
+}
+
 // runtime_error: RuntimeError from Python however the op was called, as on CPU.
 [[noreturn]] void fail(const std::string& message) { throw std::runtime_error(message); }
 
@@ -125,7 +142,7 @@ Value div(Builder& b, const Value& x, const Value& y) { return b.binary(Binary::
 // The type a continuous distribution is computed in; its output must be a float.
 TensorType compute_type(LoweringContext& c, const char* op) {
   if (!stablehlo::is_float(c.out().dtype))
-    fail(std::string(op) + " needs a floating-point tensor, got " + stablehlo::mlir_name(c.out().dtype));
+    fail(std::string(op) + " needs a floating-point tensor, got " + torch_name(c.out().dtype));
   return {random_compute_type(c.out().dtype), c.out().shape};
 }
 
@@ -214,7 +231,7 @@ int64_t random_min(DType t) {
 std::vector<Value> random_range(LoweringContext& c, int64_t from, int64_t last, size_t key) {
   const DType t = c.out().dtype;
   if (from < random_min(t) || last > random_max(t))
-    fail("random_ expects 'from' and 'to' - 1 within the range of " + stablehlo::mlir_name(t) + " ([" +
+    fail("random_ expects 'from' and 'to' - 1 within the range of " + torch_name(t) + " ([" +
          std::to_string(random_min(t)) + ", " + std::to_string(random_max(t)) +
          "]), but got from=" + std::to_string(from) + " and to - 1=" + std::to_string(last));
   uint64_t range = static_cast<uint64_t>(last) - static_cast<uint64_t>(from) + 1;
@@ -344,8 +361,7 @@ std::vector<Value> randperm(LoweringContext& c) {
   const DType t = c.out().dtype;
   if (n < 0) fail("n must be non-negative, got" + std::to_string(n));
   if (t != DType::Bool && n > randperm_limit(t))
-    fail("n cannot be greater than " + std::to_string(randperm_limit(t)) + " for " + stablehlo::mlir_name(t) +
-         " type.");
+    fail("n cannot be greater than " + std::to_string(randperm_limit(t)) + " for " + torch_name(t) + " type.");
   if (n == 0) return {c.b.constant_int(0, c.out())};
   Value keys = random_bits(c.b, key_arg(c, 1), {n}, DType::Int64);
   auto sorted = c.b.sort({keys, c.b.iota({DType::Int64, {n}}, 0)}, 0, /*is_stable=*/true,
@@ -388,7 +404,7 @@ std::vector<Value> multinomial(LoweringContext& c) {
   const bool replacement = c.has(2) && c.args[2].b;
   if (self.rank() < 1 || self.rank() > 2) fail("prob_dist must be 1 or 2 dim");
   if (!stablehlo::is_float(self.dtype()))
-    fail("multinomial only supports floating-point dtypes for input, got: " + stablehlo::mlir_name(self.dtype()));
+    fail("multinomial only supports floating-point dtypes for input, got: " + torch_name(self.dtype()));
   if (n <= 0) fail("cannot sample n_sample <= 0 samples");
   const int64_t cats = self.shape().back(), rows = self.rank() == 2 ? self.shape()[0] : 1;
   if (!replacement && n > cats) fail("cannot sample n_sample > prob_dist.size(-1) samples without replacement");
