@@ -1,6 +1,7 @@
 """The `torch.tpu` device module, modelled on `torch.cuda`."""
 
 import contextlib
+import os
 
 import torch
 
@@ -132,9 +133,63 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
-def manual_seed_all(seed: int) -> None:
-    """Device random numbers are not implemented yet; seeding is accepted so torch.manual_seed works."""
-    _seed[0] = int(seed)
+# Random numbers: one default torch.Generator per device (seed and offset; see
+# csrc/aten/generator.h). torch.manual_seed / torch.seed reach manual_seed_all.
 
 
-_seed = [0]
+def _default_generator(device=None) -> torch.Generator:
+    return _C._default_generator(_index(device))
+
+
+def _as_seed(seed) -> int:
+    # PyTorch's own range check and mapping of negative seeds.
+    return torch.Generator().manual_seed(int(seed)).initial_seed()
+
+
+def manual_seed(seed) -> None:
+    """Seeds the current tpu device's default generator."""
+    _default_generator().manual_seed(_as_seed(seed))
+
+
+def manual_seed_all(seed) -> None:
+    """Seeds every tpu device's default generator (before the first tpu op, without starting the runtime)."""
+    _C._manual_seed_all(_as_seed(seed))
+
+
+def seed() -> None:
+    """Seeds the current tpu device's default generator with a nondeterministic number."""
+    _default_generator().seed()
+
+
+def seed_all() -> None:
+    """Seeds every tpu device's default generator with one nondeterministic number."""
+    manual_seed_all(int.from_bytes(os.urandom(8), "little"))
+
+
+def initial_seed() -> int:
+    """The seed of the current tpu device's default generator."""
+    return _default_generator().initial_seed()
+
+
+def get_rng_state(device="tpu") -> torch.Tensor:
+    """The default generator's state of a tpu device: a uint8 tensor (seed and offset)."""
+    return _default_generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="tpu") -> None:
+    _default_generator(device).set_state(new_state)
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def __getattr__(name):
+    if name == "default_generators":  # as torch.cuda.default_generators, made on first use
+        return tuple(_C._default_generator(i) for i in range(device_count()))
+    raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")

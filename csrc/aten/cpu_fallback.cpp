@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 
+#include "aten/generator.h"
 #include "runtime/runtime.h"
 
 namespace torch_tpu::aten {
@@ -45,6 +46,7 @@ void fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* stac
   auto& runtime = runtime::Runtime::get();
   runtime.count("fallbacks");
   runtime.count("fallback::" + name);
+  generators_to_cpu(stack, op.schema().arguments().size());
   at::native::cpu_fallback(op, stack);
 }
 

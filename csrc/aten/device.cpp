@@ -4,6 +4,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "aten/generator.h"
 #include "aten/tensor_access.h"
 
 namespace torch_tpu::aten {
@@ -83,6 +84,8 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   // Host staging memory for non_blocking copies: plain CPU memory (PJRT copies from any host pointer).
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override { return default_generator(device); }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override { return new_generator(device); }
 };
 
 const bool hooks_registered = [] {

@@ -13,7 +13,9 @@
 #include <unordered_map>
 
 #include "aten/cpu_fallback.h"
+#include "aten/generator.h"
 #include "aten/tensor_access.h"
+#include "lowering/random.h"
 #include "lowering/registry.h"
 
 namespace torch_tpu::aten {
@@ -51,6 +53,9 @@ struct OpPlan {
   // Per argument; guarded by scalar_mutex once the plan is shared.
   std::vector<ScalarUse> scalar_use;
   std::vector<std::vector<double>> seen_values;
+  // The argument a random in-place op overwrites without reading (self of
+  // uniform_, normal_, ...), passed like an out= argument; -1 if none.
+  int overwritten = -1;
 };
 
 std::mutex scalar_mutex;
@@ -129,6 +134,11 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
     plan.rule = lowering::find_rule(full_name(plan.functional->operator_name()));
   }
   for (const auto& a : s.arguments()) plan.is_out.push_back(a.is_out());
+  // So a fresh tensor is never uploaded just to be overwritten; its shape goes in the key.
+  if (!plan.functional && lowering::overwrites_first_argument(plan.name)) {
+    plan.overwritten = 0;
+    plan.is_out[0] = true;
+  }
   for (const auto& r : s.returns()) {
     int alias = -1;
     if (r.alias_info() && r.alias_info()->isWrite()) {
@@ -300,6 +310,9 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     key += ";";
   } else if (v.isDevice()) {
     key += "D;";
+  } else if (v.isGenerator()) {  // a random op's key: a fresh one per call, a program input
+    key += "g;";
+    inputs.push_back({next_key_tensor(v.toGenerator(), op), true});
   } else if (v.isComplexDouble()) {
     TORCH_CHECK_TYPE(false, "torch_tpu: ", op, " got a complex scalar; complex numbers are not supported on tpu.");
   } else {
@@ -318,6 +331,7 @@ c10::IValue to_meta(const c10::IValue& v) {
     return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
   };
   if (v.isTensor()) return meta(v.toTensor());
+  if (v.isGenerator()) return c10::IValue();  // meta kernels draw nothing; some (Python refs) refuse one
   if (v.isTensorList()) {
     std::vector<at::Tensor> ts;
     for (const at::Tensor& t : v.toTensorVector()) ts.push_back(meta(t));
@@ -434,6 +448,9 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, bool dynamic, int so
   } else if (v.isString()) {
     a.kind = LoweringArg::String;
     a.s = v.toStringRef();
+  } else if (v.isGenerator()) {  // the 0-d int64 key
+    a.kind = LoweringArg::Tensor;
+    a.tensor = params[next_param++];
   } else if (v.isOptionalTensorList()) {  // a None entry is a Value without a name
     a.kind = LoweringArg::TensorList;
     for (const auto& t : v.toOptionalTensorList()) {
@@ -457,6 +474,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   expand_index_masks(args, stack);
+  resolve_generators(op.schema(), args);
 
   std::string key;
   key.reserve(128);
@@ -471,6 +489,11 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       describe_dynamic(args[i], key, inputs);
     else
       describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
+  }
+  if (plan.overwritten >= 0) {
+    key += '[';
+    append_dims(key, args[plan.overwritten].toTensor().sizes());
+    key += ']';
   }
   TORCH_CHECK(device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
   bool reads_f64 = false;

@@ -1,6 +1,7 @@
 // torch_tpu._C: the extension module's bindings. Thin: every function here
 // forwards to the runtime or the aten layer.
 #include <pybind11/stl.h>
+#include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/general_kernel.h"
+#include "aten/generator.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
 #include "runtime/runtime.h"
@@ -123,4 +125,14 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("registered_lowerings", &torch_tpu::lowering::registered_ops);
   m.def("_bare_execute_median_us", &bare_execute_median_us);
+  // The device's default generator as a torch.Generator, one Python object per device.
+  m.def("_default_generator", [](int device) {
+    static std::vector<PyObject*> objects;
+    const at::Generator& g = torch_tpu::aten::default_generator(static_cast<c10::DeviceIndex>(device));
+    const size_t i = static_cast<size_t>(g.device().index());
+    if (objects.size() <= i) objects.resize(i + 1, nullptr);
+    if (!objects[i]) objects[i] = THPGenerator_initDefaultGenerator(g);
+    return py::reinterpret_borrow<py::object>(objects[i]);
+  });
+  m.def("_manual_seed_all", &torch_tpu::aten::manual_seed_all);
 }

@@ -985,4 +985,38 @@ Value Builder::constant_array_int(const std::vector<int64_t>& values, const Tens
   return constant_elements(literals, type);
 }
 
+// ------------------------------------------------------------------ random bits
+
+std::pair<Value, Value> Builder::rng_bit_generator(const Value& state, const Shape& shape, DType bits,
+                                                   RngAlgorithm algorithm) {
+  const bool three_fry = algorithm == RngAlgorithm::ThreeFry;
+  const int64_t words = state.rank() == 1 ? state.shape()[0] : -1;
+  if (state.dtype() != DType::Int64 || (three_fry ? words != 2 : (words != 2 && words != 3)))
+    refuse("rng_bit_generator",
+           three_fry ? "the ThreeFry state must be int64[2]" : "the Philox state must be int64[2] or int64[3]",
+           {state});
+  if (bits != DType::Int32 && bits != DType::Int64)
+    refuse("rng_bit_generator", "bits must be Int32 or Int64, not " + mlir_name(bits), {state});
+  for (int64_t d : shape)
+    if (d < 0) refuse("rng_bit_generator", "negative dimension in the result shape " + list(shape), {state});
+  // StableHLO wants unsigned words; the builder's dtypes are signed, so
+  // bitcasts on both sides (free in XLA).
+  auto unsigned_type = [](const Shape& dims, DType t) {
+    std::string s = "tensor<";
+    for (int64_t d : dims) s += std::to_string(d) + "x";
+    return s + "u" + mlir_name(t) + ">";
+  };
+  const std::string u_state = unsigned_type(state.shape(), DType::Int64), u_bits = unsigned_type(shape, bits);
+  const std::string in = fresh(), rng = fresh();
+  body_.push_back(in + " = \"stablehlo.bitcast_convert\"(" + state.name + ") : (" + state.type.str() + ") -> " +
+                  u_state);
+  body_.push_back(rng + ":2 = \"stablehlo.rng_bit_generator\"(" + in + ") {rng_algorithm = #stablehlo<rng_algorithm " +
+                  (three_fry ? "THREE_FRY" : "PHILOX") + ">} : (" + u_state + ") -> (" + u_state + ", " + u_bits + ")");
+  Value next{fresh(), state.type}, out{fresh(), {bits, shape}};
+  body_.push_back(next.name + " = \"stablehlo.bitcast_convert\"(" + rng + "#0) : (" + u_state + ") -> " +
+                  next.type.str());
+  body_.push_back(out.name + " = \"stablehlo.bitcast_convert\"(" + rng + "#1) : (" + u_bits + ") -> " + out.type.str());
+  return {next, out};
+}
+
 }  // namespace torch_tpu::stablehlo

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch_tpu::stablehlo {
@@ -259,6 +260,18 @@ class Builder {
 
  private:
   Value constant_elements(const std::vector<std::string>& literals, const TensorType& type);
+
+  // ---- Random bits.
+ public:
+  enum class RngAlgorithm { ThreeFry, Philox };
+  // stablehlo.rng_bit_generator. `state` holds the bits of the generator's
+  // ui64 state as int64 (ThreeFry: [key, counter]; Philox: 2 or 3 words).
+  // Returns {the next state, same type; random bits of `shape`}, with `bits`
+  // Int32 or Int64: XLA's unsigned words reinterpreted, every pattern equally
+  // likely. The algorithm is named, never DEFAULT, so every plugin draws the
+  // same numbers from the same state.
+  std::pair<Value, Value> rng_bit_generator(const Value& state, const Shape& shape, DType bits,
+                                            RngAlgorithm algorithm = RngAlgorithm::ThreeFry);
 };
 
 }  // namespace torch_tpu::stablehlo
