@@ -156,6 +156,29 @@ std::vector<Value> isinf(LoweringContext& c) {
   return {c.b.compare(stablehlo::Compare::EQ, c.b.unary(Unary::Abs, x), c.b.constant(INFINITY, x.type))};
 }
 
+// isneginf / isposinf: integers are never infinite.
+LoweringRule is_signed_inf(double inf) {
+  return [inf](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    if (!stablehlo::is_float(x.dtype())) return {c.b.constant(0, c.out())};
+    return {c.b.compare(stablehlo::Compare::EQ, x, c.b.constant(inf, x.type))};
+  };
+}
+
+// addcmul / addcdiv(self, tensor1, tensor2, *, value): self + value * (t1 op t2).
+// Half-precision types compute in float32 and round once, as CPU does.
+LoweringRule addc(Binary op) {
+  return [op](LoweringContext& c) -> std::vector<Value> {
+    DType out = c.out().dtype;
+    DType t = out == DType::BFloat16 || out == DType::Float16 ? DType::Float32 : out;
+    TensorType type{t, c.out().shape};
+    auto operand = [&](size_t i) { return c.b.broadcast_to(c.b.cast(c.tensor(i), t), type.shape); };
+    Value r = c.b.binary(op, operand(1), operand(2));
+    r = c.b.binary(Binary::Multiply, c.value_as(3, type), r);
+    return {c.b.cast(c.b.binary(Binary::Add, operand(0), r), out)};
+  };
+}
+
 std::vector<Value> sign(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   if (x.dtype() == DType::Bool) return {x};
@@ -322,6 +345,10 @@ LOWERING("aten::logical_xor", logical(Binary::Xor));
 LOWERING("aten::logical_not", logical_not);
 LOWERING("aten::isnan", isnan);
 LOWERING("aten::isinf", isinf);
+LOWERING("aten::isneginf", is_signed_inf(-INFINITY));
+LOWERING("aten::isposinf", is_signed_inf(INFINITY));
+LOWERING("aten::addcmul", addc(Binary::Multiply));
+LOWERING("aten::addcdiv", addc(Binary::Divide));
 LOWERING("aten::sign", sign);
 LOWERING("aten::sgn", sign);
 LOWERING("aten::trunc", trunc);
