@@ -179,6 +179,31 @@ LoweringRule addc(Binary op) {
   };
 }
 
+// xlogy(self, other): x log(y); 0 where x == 0 unless y is NaN.
+std::vector<Value> xlogy(LoweringContext& c) {
+  Value x = c.operand_as_output(0), y = c.operand_as_output(1), zero = c.b.constant(0, c.out());
+  Value r = c.b.binary(Binary::Multiply, x, c.b.unary(Unary::Log, y));
+  r = c.b.select(c.b.compare(stablehlo::Compare::EQ, x, zero), zero, r);
+  return {c.b.select(c.b.compare(stablehlo::Compare::NE, y, y), y, r)};
+}
+
+// _prelu_kernel(self, weight): x > 0 ? x : w x (weight already broadcastable).
+std::vector<Value> prelu(LoweringContext& c) {
+  Value x = c.operand_as_output(0), w = c.operand_as_output(1);
+  Value pos = c.b.compare(stablehlo::Compare::GT, x, c.b.constant(0, c.out()));
+  return {c.b.select(pos, x, c.b.binary(Binary::Multiply, w, x))};
+}
+
+// _prelu_kernel_backward(grad_output, self, weight) -> (grad_input, grad_weight),
+// both of the broadcast shape (autograd sums grad_weight down to weight's).
+std::vector<Value> prelu_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.operand_as_output(1), w = c.operand_as_output(2);
+  Value zero = c.b.constant(0, c.out());
+  Value pos = c.b.compare(stablehlo::Compare::GT, x, zero);
+  return {c.b.select(pos, g, c.b.binary(Binary::Multiply, w, g)),
+          c.b.cast(c.b.select(pos, zero, c.b.binary(Binary::Multiply, x, g)), c.out(1).dtype)};
+}
+
 std::vector<Value> sign(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   if (x.dtype() == DType::Bool) return {x};
@@ -349,6 +374,11 @@ LOWERING("aten::isneginf", is_signed_inf(-INFINITY));
 LOWERING("aten::isposinf", is_signed_inf(INFINITY));
 LOWERING("aten::addcmul", addc(Binary::Multiply));
 LOWERING("aten::addcdiv", addc(Binary::Divide));
+LOWERING("aten::xlogy.Tensor", xlogy);
+LOWERING("aten::xlogy.Scalar_Self", xlogy);
+LOWERING("aten::xlogy.Scalar_Other", xlogy);
+LOWERING("aten::_prelu_kernel", prelu);
+LOWERING("aten::_prelu_kernel_backward", prelu_backward);
 LOWERING("aten::sign", sign);
 LOWERING("aten::sgn", sign);
 LOWERING("aten::trunc", trunc);

@@ -150,6 +150,45 @@ std::vector<Value> layer_norm_backward(LoweringContext& c) {
   return grads;
 }
 
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW,
+// group, output_mask) -> (grad_input, grad_weight, grad_bias): layer norm's
+// backward over each (sample, group) of [N, G, C/G, HxW], per-channel affine.
+std::vector<Value> group_norm_backward(LoweringContext& c) {
+  const std::vector<int64_t>& mask = c.ints(9);
+  if (mask.size() != 3) throw Declined("native_group_norm_backward: output_mask of size != 3");
+  DType t = compute_type(c.tensor(1).dtype());
+  const int64_t n = c.integer(5), channels = c.integer(6), hw = c.integer(7), groups = c.integer(8);
+  if (n * channels * hw == 0) throw Declined("native_group_norm_backward: empty input");
+  Shape grouped{n, groups, channels / groups, hw};
+  Value g = c.b.reshape(c.b.cast(c.tensor(0), t), grouped), x = c.b.reshape(c.b.cast(c.tensor(1), t), grouped);
+  auto stat = [&](size_t i) {
+    return c.b.broadcast_in_dim(c.b.reshape(c.b.cast(c.tensor(i), t), {n, groups}), grouped, {0, 1});
+  };
+  auto channel = [&](const Value& v) {  // [C] over the grouped shape
+    return c.b.broadcast_in_dim(c.b.reshape(v, {groups, channels / groups}), grouped, {1, 2});
+  };
+  Value xhat = c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, x, stat(2)), stat(3));
+  std::vector<Value> grads(3);
+  auto param_grad = [&](const Value& v, size_t k) {
+    Value r = c.b.reduce(v, c.b.scalar(0, t), {0, 3}, Binary::Add);
+    return c.b.cast(c.b.reshape(r, c.out(k).shape), c.out(k).dtype);
+  };
+  if (mask[1]) grads[1] = param_grad(c.b.binary(Binary::Multiply, g, xhat), 1);
+  if (mask[2]) grads[2] = param_grad(g, 2);
+  if (mask[0]) {
+    Value gw = c.has(4) ? c.b.binary(Binary::Multiply, g, channel(c.b.cast(c.tensor(4), t))) : g;
+    Value inv_count = c.b.constant(1.0 / static_cast<double>(channels / groups * hw), x.type);
+    Value mean_gw = c.b.binary(Binary::Multiply, reduce_keep(c.b, gw, {2, 3}, Binary::Add, 0), inv_count);
+    Value mean_gwx = c.b.binary(
+        Binary::Multiply, reduce_keep(c.b, c.b.binary(Binary::Multiply, gw, xhat), {2, 3}, Binary::Add, 0), inv_count);
+    Value inner = c.b.binary(Binary::Subtract, c.b.binary(Binary::Subtract, gw, mean_gw),
+                             c.b.binary(Binary::Multiply, xhat, mean_gwx));
+    Value gi = c.b.binary(Binary::Multiply, stat(3), inner);
+    grads[0] = c.b.cast(c.b.reshape(gi, c.out(0).shape), c.out(0).dtype);
+  }
+  return grads;
+}
+
 // ---- Batch norm. The channel dimension is 1; statistics reduce every other.
 
 std::vector<int64_t> batch_dims(const Value& x) {
@@ -322,6 +361,7 @@ LOWERING("aten::_softmax_backward_data", softmax_backward);
 LOWERING("aten::_log_softmax_backward_data", log_softmax_backward);
 LOWERING("aten::native_layer_norm", layer_norm);
 LOWERING("aten::native_layer_norm_backward", layer_norm_backward);
+LOWERING("aten::native_group_norm_backward", group_norm_backward);
 LOWERING("aten::_native_batch_norm_legit", native_batch_norm_legit);
 LOWERING("aten::_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_stats);
 LOWERING("aten::_native_batch_norm_legit_no_training", native_batch_norm_legit_no_training);

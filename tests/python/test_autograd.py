@@ -53,6 +53,7 @@ GRADCHECKS = [
         (t64(4, 3, 2), t64(3), t64(3)),
         None,
     ),
+    ("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), (t64(2, 4, 3), t64(4), t64(4)), None),
     ("batch_norm_input_only", lambda x: F.batch_norm(x, None, None, training=True), (t64(4, 3),), None),
     ("softmax", lambda x: F.softmax(x, -1), (t64(3, 4),), None),
     ("log_softmax", lambda x: F.log_softmax(x, 0), (t64(3, 4),), None),
@@ -322,3 +323,53 @@ def test_transformer_block_training_step(causal, mask, approximate):
         lambda m, t: F.cross_entropy(m(t).flatten(0, 1), t.flatten(), label_smoothing=0.1),
         (tok,),
     )
+
+
+@pytest.mark.parametrize(
+    "dims,kw",
+    [
+        (1, {}),
+        (2, {"stride": 2, "padding": 1, "output_padding": 1}),
+        (2, {"stride": (2, 3), "dilation": 2, "groups": 2, "output_padding": (1, 2)}),
+        (3, {"stride": 2, "padding": (0, 1, 0)}),
+    ],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose_backward(dims, kw, bias):
+    torch.manual_seed(5)
+    x = torch.randn(2, 4, *[5 - dims + 2] * dims)
+    w = torch.randn(4, 3, *[3] * dims)
+    b = torch.randn(3 * kw.get("groups", 1)) if bias else None
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[dims]
+    inputs = (x, w) + ((b,) if bias else ())
+    compare_fn(lambda *a: fn(*a, **kw), *inputs, tol={"rtol": 1e-4, "atol": 1e-4})
+    # the first layer: no grad for the input
+    compare_fn(lambda *a: fn(*a, **kw), *inputs, tol={"rtol": 1e-4, "atol": 1e-4}, grad_args=(1, 2))
+
+
+def test_gradcheck_conv_transpose():
+    gradcheck(
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2),
+        t64(1, 4, 3, 3),
+        t64(4, 1, 2, 3),
+        t64(2),
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_xlogy_kl_div_prelu(dtype):
+    torch.manual_seed(6)
+    x, y = torch.randn(3, 4, dtype=dtype), torch.rand(3, 4, dtype=dtype)
+    x[0, 0], y[0, 1], y[1, 1] = 0, 0, float("nan")
+    with torch_tpu.set_fallback("error"):
+        assert_same(torch.xlogy(x.to("tpu"), y.to("tpu")), torch.xlogy(x, y), equal_nan=True)
+        assert_same(torch.xlogy(2, y.to("tpu")), torch.xlogy(2, y), equal_nan=True)
+        assert_same(torch.xlogy(x.to("tpu"), 3.0), torch.xlogy(x, 3.0))
+    p, q = torch.randn(4, 5, dtype=dtype), torch.randn(4, 5, dtype=dtype)
+    compare_fn(
+        lambda p, q: F.kl_div(F.log_softmax(p, -1), F.softmax(q, -1), reduction="batchmean"), p, q, tol=TOL[dtype]
+    )
+    compare_fn(lambda p, q: F.kl_div(F.log_softmax(p, -1), F.log_softmax(q, -1), log_target=True), p, q, tol=TOL[dtype])
+    a = torch.randn(2, 3, 4, dtype=dtype)
+    compare_fn(F.prelu, a, torch.rand(3, dtype=dtype), tol=TOL[dtype])
+    compare_fn(F.prelu, a, torch.rand(1, dtype=dtype), tol=TOL[dtype])

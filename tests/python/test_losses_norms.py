@@ -372,3 +372,19 @@ def test_batch_norm_backward_partial_mask(mask):
             assert_same(a, e, rtol=1e-4, atol=1e-5)
         else:
             assert a is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shape,groups", [((3, 6, 5), 2), ((2, 4, 3, 3), 4), ((2, 6), 3)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_forward_backward(dtype, shape, groups, affine):
+    torch.manual_seed(15)
+    x = torch.randn(*shape, dtype=dtype) * 2 + 1
+    c = shape[1]
+    w, b = torch.rand(c, dtype=dtype) + 0.5, torch.randn(c, dtype=dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else DTYPE_TOL[dtype]
+    if affine:
+        compare_fn(lambda x, w, b: F.group_norm(x, groups, w, b), x, w, b, tol=tol)
+        compare_fn(lambda x, w, b: F.group_norm(x, groups, w, b), x, w, b, tol=tol, grad_args=(1, 2))
+    else:
+        compare_fn(lambda x: F.group_norm(x, groups), x, tol=tol)
