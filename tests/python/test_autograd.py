@@ -373,3 +373,36 @@ def test_xlogy_kl_div_prelu(dtype):
     a = torch.randn(2, 3, 4, dtype=dtype)
     compare_fn(F.prelu, a, torch.rand(3, dtype=dtype), tol=TOL[dtype])
     compare_fn(F.prelu, a, torch.rand(1, dtype=dtype), tol=TOL[dtype])
+
+
+@pytest.mark.parametrize(
+    "bias",
+    [
+        True,
+        pytest.param(
+            False,
+            marks=pytest.mark.xfail(
+                reason="PyTorch 2.13's meta kernel of _thnn_fused_lstm_cell reads .device of the None biases",
+                strict=True,
+                raises=AttributeError,
+            ),
+        ),
+    ],
+)
+def test_lstm_training_step(bias):
+    # PyTorch runs the fused LSTM cell ops on a PrivateUse1 device (as on CUDA).
+    x, y = torch.randn(2, 4, 3), torch.randn(2, 4, 5)
+    train_steps(
+        lambda: torch.nn.LSTM(3, 5, num_layers=2, batch_first=True, bias=bias),
+        lambda m, x, y: F.mse_loss(m(x)[0], y) + m(x)[1][1].square().mean(),
+        (x, y),
+    )
+
+
+def test_gradcheck_lstm_cell():
+    cell = torch.nn.LSTMCell(2, 3).double().to("tpu")
+
+    def fn(x, h, c):
+        return cell(x, (h, c))
+
+    gradcheck(fn, t64(2, 2), t64(2, 3), t64(2, 3))
