@@ -84,12 +84,23 @@ def test_nll_loss2d(reduction):
     compare_fn(lambda x, t, w: F.nll_loss(x, t, weight=w, reduction=reduction, ignore_index=1), x, t, w, grad_args=(0,))
 
 
-@pytest.mark.parametrize("label_smoothing", [0.0])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_cross_entropy(label_smoothing):
     torch.manual_seed(3)
     x = torch.randn(6, 10)
     t = torch.randint(0, 10, (6,))
-    compare_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing), x, t)
+    t[0] = -100
+    w = torch.rand(10) + 0.5
+    tol = {"rtol": 1e-5, "atol": 1e-6}
+    compare_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing), x, t, tol=tol)
+    compare_fn(
+        lambda x, t, w: F.cross_entropy(x, t, w, label_smoothing=label_smoothing), x, t, w, tol=tol, grad_args=(0,)
+    )
+    # probabilities as targets, and the 2d (image) case
+    p = torch.randn(6, 10).softmax(1)
+    compare_fn(lambda x, p: F.cross_entropy(x, p, label_smoothing=label_smoothing), x, p, tol=tol, grad_args=(0,))
+    x4, t4 = torch.randn(2, 5, 3, 3), torch.randint(0, 5, (2, 3, 3))
+    compare_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing, reduction="sum"), x4, t4, tol=tol)
 
 
 @pytest.mark.parametrize("ord", [2, 1, math.inf, -math.inf, 0, 3, 0.5])
