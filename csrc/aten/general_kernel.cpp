@@ -421,8 +421,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         flat_types.push_back(kUndefinedOutput);
         continue;
       }
-      TORCH_CHECK(!is_undefined_output(outs[k]), "torch_tpu: the lowering of ", plan.name, " computed output ", k,
-                  ", which PyTorch leaves undefined (output_mask)");
+      // A rule that does not read output_mask: the CPU kernel, as before.
+      if (is_undefined_output(outs[k]))
+        throw lowering::Declined(plan.name + ": output " + std::to_string(k) + " is undefined (output_mask)");
       TORCH_CHECK(results[k].type.numel() == outs[k].numel(), "torch_tpu: the lowering of ", plan.name, " produced ",
                   results[k].type.str(), " where PyTorch expects shape [", dims_key(outs[k].shape), "]");
       flat.push_back(b.reshape(b.cast(results[k], dtype), {outs[k].numel()}));
