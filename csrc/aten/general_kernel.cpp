@@ -387,6 +387,13 @@ void expand_index_masks(std::vector<c10::IValue>& args, torch::jit::Stack* stack
   }
 }
 
+// The placeholder for an output the op leaves undefined (a backward's
+// output_mask): a shape no tensor has. The rule returns an empty Value for it,
+// the program a bool[0] so outputs stay aligned, the kernel an undefined tensor.
+const TensorType kUndefinedOutput{stablehlo::DType::Bool, {-1}};
+
+bool is_undefined_output(const TensorType& t) { return t.shape.size() == 1 && t.shape[0] < 0; }
+
 std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                                      const std::vector<bool>* skip) {
   torch::jit::Stack stack;
@@ -396,8 +403,10 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
   std::vector<TensorType> types;
   for (const auto& r : stack) {
     auto add = [&](const at::Tensor& t) {
-      // An output the op leaves undefined (a backward's output_mask): run on CPU.
-      if (!t.defined()) throw lowering::Declined(full_name(op.operator_name()) + ": an undefined output");
+      if (!t.defined()) {
+        types.push_back(kUndefinedOutput);
+        return;
+      }
       types.push_back({to_dtype(t.scalar_type()), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())});
     };
     if (r.isTensor())
@@ -586,6 +595,18 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       for (size_t k = 0; k < results.size(); ++k) {
         stablehlo::DType dtype = outs[k].dtype;
         if (k < plan.return_alias.size() && plan.return_alias[k] >= 0) dtype = to_dtype(dest_dtypes[dest++]);
+        // An empty Value: an output left out of output_mask (the meta kernel
+        // may still describe it, e.g. native_batch_norm_backward's).
+        if (results[k].name.empty()) {
+          TORCH_CHECK(k + mutated.size() < results.size() && !plan.writes_from_functional,
+                      "torch_tpu: the lowering of ", plan.name, " left a written argument undefined");
+          flat.push_back(b.constant(0, {stablehlo::DType::Bool, {0}}));
+          flat_types.push_back(kUndefinedOutput);
+          continue;
+        }
+        // A rule that does not read output_mask: the CPU kernel, as before.
+        if (is_undefined_output(outs[k]))
+          throw lowering::Declined(plan.name + ": output " + std::to_string(k) + " is undefined (output_mask)");
         TORCH_CHECK(results[k].type.numel() == outs[k].numel(), "torch_tpu: the lowering of ", plan.name, " produced ",
                     results[k].type.str(), " where PyTorch expects shape [", dims_key(outs[k].shape), "]");
         flat.push_back(b.reshape(b.cast(results[k], dtype), {outs[k].numel()}));
@@ -655,7 +676,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (size_t k = 0; k < n_returns; ++k) {
     const TensorType& type = program->outputs[k];
     int alias = k < plan.return_alias.size() ? plan.return_alias[k] : -1;
-    if (alias < 0) {
+    if (is_undefined_output(type)) {
+      stack->push_back(at::Tensor());
+    } else if (alias < 0) {
       stack->push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev));
     } else {
       const at::Tensor& dst = args[alias].toTensor();

@@ -138,6 +138,80 @@ std::vector<Value> leaky_relu_backward(LoweringContext& c) {
   return {c.b.select(c.b.compare(Compare::GT, x, k(c, 0)), g, mul(c, g, k(c, c.number(2))))};
 }
 
+// elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
+std::vector<Value> elu_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), v = c.operand_as_output(5);
+  double alpha = c.number(1), scale = c.number(2), input_scale = c.number(3);
+  Value neg;
+  if (c.args[4].b)  // v is the result: its negative branch is alpha*scale*(e - 1)
+    neg = mul(c, g, mul(c, k(c, input_scale), add(c, v, k(c, alpha * scale))));
+  else
+    neg = mul(c, g, mul(c, k(c, input_scale * alpha * scale), c.b.unary(Unary::Exp, mul(c, v, k(c, input_scale)))));
+  return {c.b.select(c.b.compare(Compare::LE, v, k(c, 0)), neg, mul(c, g, k(c, scale)))};
+}
+
+// softplus_backward(grad_output, self, beta, threshold): g * sigmoid(beta x), g above the threshold.
+std::vector<Value> softplus_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), bx = mul(c, c.operand_as_output(1), k(c, c.number(2)));
+  Value s = mul(c, g, c.b.unary(Unary::Logistic, bx));
+  return {c.b.select(c.b.compare(Compare::GT, bx, k(c, c.number(3))), g, s)};
+}
+
+// hardsigmoid_backward(grad_output, self): g / 6 inside (-3, 3).
+std::vector<Value> hardsigmoid_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.operand_as_output(1);
+  Value inside = c.b.binary(Binary::And, c.b.compare(Compare::GT, x, k(c, -3)), c.b.compare(Compare::LT, x, k(c, 3)));
+  return {c.b.select(inside, c.b.binary(Binary::Divide, g, k(c, 6)), k(c, 0))};
+}
+
+// hardswish_backward(grad_output, self): 0 up to -3, g (x/3 + 1/2) inside (-3, 3), g from 3 (as CPU).
+std::vector<Value> hardswish_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.operand_as_output(1);
+  Value mid = mul(c, g, add(c, c.b.binary(Binary::Divide, x, k(c, 3)), k(c, 0.5)));
+  return {c.b.select(c.b.compare(Compare::LE, x, k(c, -3)), k(c, 0),
+                     c.b.select(c.b.compare(Compare::LT, x, k(c, 3)), mid, g))};
+}
+
+// mish_backward(grad_output, self): g (t + x sigmoid(x) (1 - t^2)), t = tanh(softplus(x)).
+std::vector<Value> mish_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.operand_as_output(1);
+  Value t = c.b.unary(Unary::Tanh, c.b.unary(Unary::Log1p, c.b.unary(Unary::Exp, x)));
+  Value d = add(c, t, mul(c, mul(c, x, c.b.unary(Unary::Logistic, x)), sub(c, k(c, 1), mul(c, t, t))));
+  return {mul(c, g, d)};
+}
+
+// log_sigmoid_forward(self) -> (output, buffer): min(x, 0) - log1p(exp(-|x|));
+// the buffer is exp(-|x|), as CPU keeps it (the backward here does not read it).
+std::vector<Value> log_sigmoid_forward(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  Value z = c.b.unary(Unary::Exp, c.b.unary(Unary::Negate, c.b.unary(Unary::Abs, x)));
+  Value y = sub(c, c.b.binary(Binary::Minimum, x, k(c, 0)), c.b.unary(Unary::Log1p, z));
+  return {y, c.b.reshape(c.b.cast(z, c.out(1).dtype), c.out(1).shape)};
+}
+
+// log_sigmoid_backward(grad_output, self, buffer): g * sigmoid(-x)
+std::vector<Value> log_sigmoid_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.operand_as_output(1);
+  return {mul(c, g, c.b.unary(Unary::Logistic, c.b.unary(Unary::Negate, x)))};
+}
+
+// logit(self, eps?): log(z / (1 - z)), z = x clamped to [eps, 1 - eps] when eps is given.
+std::vector<Value> logit(LoweringContext& c) {
+  Value z = c.operand_as_output(0);
+  if (c.has(1)) z = c.b.clamp(k(c, c.number(1)), z, k(c, 1 - c.number(1)));
+  return {c.b.unary(Unary::Log, c.b.binary(Binary::Divide, z, sub(c, k(c, 1), z)))};
+}
+
+// logit_backward(grad_output, self, eps?): g / (x (1 - x)); 0 outside [eps, 1 - eps]
+// with eps, NaN outside [0, 1] without (as CPU).
+std::vector<Value> logit_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.operand_as_output(1);
+  Value d = c.b.binary(Binary::Divide, g, mul(c, x, sub(c, k(c, 1), x)));
+  double lo = c.has(2) ? c.number(2) : 0, hi = 1 - lo;
+  Value outside = c.b.binary(Binary::Or, c.b.compare(Compare::LT, x, k(c, lo)), c.b.compare(Compare::GT, x, k(c, hi)));
+  return {c.b.select(outside, k(c, c.has(2) ? 0.0 : NAN), d)};
+}
+
 }  // namespace
 
 LOWERING("aten::leaky_relu", leaky_relu);
@@ -157,5 +231,14 @@ LOWERING("aten::threshold", threshold);
 LOWERING("aten::threshold_backward", threshold_backward);
 LOWERING("aten::sigmoid_backward", sigmoid_backward);
 LOWERING("aten::tanh_backward", tanh_backward);
+LOWERING("aten::elu_backward", elu_backward);
+LOWERING("aten::softplus_backward", softplus_backward);
+LOWERING("aten::hardsigmoid_backward", hardsigmoid_backward);
+LOWERING("aten::hardswish_backward", hardswish_backward);
+LOWERING("aten::mish_backward", mish_backward);
+LOWERING("aten::log_sigmoid_forward", log_sigmoid_forward);
+LOWERING("aten::log_sigmoid_backward", log_sigmoid_backward);
+LOWERING("aten::logit", logit);
+LOWERING("aten::logit_backward", logit_backward);
 
 }  // namespace torch_tpu::lowering

@@ -64,30 +64,12 @@ std::vector<Value> convolution(LoweringContext& c) {
   return {y};
 }
 
-// convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
-//                      transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
-std::vector<Value> convolution_backward(LoweringContext& c) {
-  const std::vector<int64_t>& mask = c.ints(10);
-  if (c.args[7].b || mask.size() != 3 || !mask[0] || !mask[1] || !mask[2])
-    throw Declined("convolution_backward: transposed or partial output_mask");
-  DType t = c.out(0).dtype;
-  Value go = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t), w = c.b.cast(c.tensor(2), t);
-  size_t n = static_cast<size_t>(x.rank() - 2);
-  Window win{n, per_dim(c.ints(4), n), per_dim(c.ints(5), n), per_dim(c.ints(6), n), {}, c.integer(9)};
-
-  // grad_input: the transposed convolution of grad_output with the same
-  // weight, with output_padding restoring the input's exact size.
-  win.output_padding.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    int64_t k = w.shape()[2 + i], out = go.shape()[2 + i];
-    win.output_padding[i] =
-        x.shape()[2 + i] - ((out - 1) * win.stride[i] - 2 * win.padding[i] + win.dilation[i] * (k - 1) + 1);
-  }
-  Value grad_input = forward_conv(c.b, go, w, win, true);
-
-  // grad_weight[o, c, k] = sum_{n, x} input[n, c, k*d + x*s - p] * grad_output[n, o, x]:
-  // a convolution with input's channels as batch and batch as features,
-  // grad_output as the kernel, stride and dilation swapped.
+// The weight gradient of a forward convolution from `in` to `out` (grad_output):
+// grad_weight[o, c, k] = sum_{n, x} in[n, c, k*d + x*s - p] * out[n, o, x], a
+// convolution with in's channels as batch and batch as features, `out` as the
+// kernel, stride and dilation swapped.
+Value weight_grad(Builder& b, const Value& in, const Value& out, const Shape& kernel, const Window& win) {
+  const size_t n = win.n;
   ConvDims d;
   d.lhs_batch = 1;
   d.lhs_feature = 0;
@@ -101,16 +83,61 @@ std::vector<Value> convolution_backward(LoweringContext& c) {
     d.lhs_spatial.push_back(2 + static_cast<int64_t>(i));
     d.rhs_spatial.push_back(2 + static_cast<int64_t>(i));
     d.out_spatial.push_back(2 + static_cast<int64_t>(i));
-    int64_t k = w.shape()[2 + i], in = x.shape()[2 + i], out = go.shape()[2 + i];
-    int64_t high = win.dilation[i] * (k - 1) + win.stride[i] * (out - 1) + 1 - in - win.padding[i];
+    int64_t k = kernel[2 + i], size_in = in.shape()[2 + i], size_out = out.shape()[2 + i];
+    int64_t high = win.dilation[i] * (k - 1) + win.stride[i] * (size_out - 1) + 1 - size_in - win.padding[i];
     pad.push_back({win.padding[i], high});
   }
-  Value grad_weight = c.b.convolution(x, go, d, win.dilation, pad, ones, win.stride, 1, win.groups);
+  return b.convolution(in, out, d, win.dilation, pad, ones, win.stride, 1, win.groups);
+}
 
-  std::vector<int64_t> not_channel{0};
-  for (int64_t i = 2; i < go.rank(); ++i) not_channel.push_back(i);
-  Value grad_bias = c.b.reduce(go, c.b.scalar(0, t), not_channel, stablehlo::Binary::Add);
-  return {grad_input, grad_weight, c.b.cast(grad_bias, c.out(2).dtype)};
+// convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,
+//                      transposed, output_padding, groups, output_mask) -> (grad_input, grad_weight, grad_bias)
+std::vector<Value> convolution_backward(LoweringContext& c) {
+  const std::vector<int64_t>& mask = c.ints(10);
+  if (mask.size() != 3) throw Declined("convolution_backward: output_mask of size != 3");
+  const bool transposed = c.args[7].b;
+  // Outputs left out of output_mask are undefined (an empty Value).
+  std::vector<Value> grads(3);
+  DType t = c.tensor(1).dtype();
+  Value go = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t), w = c.b.cast(c.tensor(2), t);
+  size_t n = static_cast<size_t>(x.rank() - 2);
+  Window win{n, per_dim(c.ints(4), n), per_dim(c.ints(5), n), per_dim(c.ints(6), n), {}, c.integer(9)};
+
+  if (!transposed) {
+    // grad_input: the transposed convolution of grad_output with the same
+    // weight, with output_padding restoring the input's exact size.
+    if (mask[0]) {
+      win.output_padding.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t k = w.shape()[2 + i], out = go.shape()[2 + i];
+        win.output_padding[i] =
+            x.shape()[2 + i] - ((out - 1) * win.stride[i] - 2 * win.padding[i] + win.dilation[i] * (k - 1) + 1);
+      }
+      grads[0] = c.b.cast(forward_conv(c.b, go, w, win, true), c.out(0).dtype);
+    }
+    if (mask[1]) grads[1] = c.b.cast(weight_grad(c.b, x, go, w.shape(), win), c.out(1).dtype);
+  } else {
+    // A transposed convolution is the adjoint of the forward one with the
+    // same weight ([Cin, Cout/G, k...] read as [out, in/G, k...]): grad_input
+    // is that forward convolution of grad_output, and grad_weight is its
+    // weight gradient with grad_output as the input and input as the output.
+    const std::vector<int64_t> output_padding = per_dim(c.ints(8), n);
+    for (size_t i = 0; i < n; ++i)  // else the forward convolution's floor would keep one more row
+      if (output_padding[i] >= win.stride[i])
+        throw Declined("convolution_backward: transposed with output_padding >= stride");
+    if (mask[0]) grads[0] = c.b.cast(forward_conv(c.b, go, w, win, false), c.out(0).dtype);
+    if (mask[1]) grads[1] = c.b.cast(weight_grad(c.b, go, x, w.shape(), win), c.out(1).dtype);
+  }
+
+  if (mask[2]) {
+    std::vector<int64_t> not_channel{0};
+    for (int64_t i = 2; i < go.rank(); ++i) not_channel.push_back(i);
+    // Low-precision sums accumulate in float32.
+    DType st = t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t;
+    Value sum = c.b.reduce(c.b.cast(go, st), c.b.scalar(0, st), not_channel, stablehlo::Binary::Add);
+    grads[2] = c.b.cast(sum, c.out(2).dtype);
+  }
+  return grads;
 }
 
 }  // namespace

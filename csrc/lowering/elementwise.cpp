@@ -47,17 +47,6 @@ std::vector<Value> div(LoweringContext& c) {
   return {q};
 }
 
-// addcmul: self + value * t1 * t2; addcdiv: self + value * t1 / t2, in
-// CPU's order of operations.
-LoweringRule addc(Binary op) {
-  return [op](LoweringContext& c) -> std::vector<Value> {
-    Value t = c.operand_as_output(1);
-    if (c.has(3) && !c.is_number(3, 1)) t = c.b.binary(Binary::Multiply, c.value_as(3, c.out()), t);
-    t = c.b.binary(op, t, c.operand_as_output(2));
-    return {c.b.binary(Binary::Add, c.operand_as_output(0), t)};
-  };
-}
-
 LoweringRule unary(Unary op) {
   return [op](LoweringContext& c) -> std::vector<Value> { return {c.b.unary(op, c.operand_as_output(0))}; };
 }
@@ -165,6 +154,54 @@ std::vector<Value> isinf(LoweringContext& c) {
   const Value& x = c.tensor(0);
   if (!stablehlo::is_float(x.dtype())) return {c.b.constant(0, c.out())};
   return {c.b.compare(stablehlo::Compare::EQ, c.b.unary(Unary::Abs, x), c.b.constant(INFINITY, x.type))};
+}
+
+// isneginf / isposinf: integers are never infinite.
+LoweringRule is_signed_inf(double inf) {
+  return [inf](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    if (!stablehlo::is_float(x.dtype())) return {c.b.constant(0, c.out())};
+    return {c.b.compare(stablehlo::Compare::EQ, x, c.b.constant(inf, x.type))};
+  };
+}
+
+// addcmul / addcdiv(self, tensor1, tensor2, *, value): self + value * (t1 op t2).
+// Half-precision types compute in float32 and round once, as CPU does.
+LoweringRule addc(Binary op) {
+  return [op](LoweringContext& c) -> std::vector<Value> {
+    DType out = c.out().dtype;
+    DType t = out == DType::BFloat16 || out == DType::Float16 ? DType::Float32 : out;
+    TensorType type{t, c.out().shape};
+    auto operand = [&](size_t i) { return c.b.broadcast_to(c.b.cast(c.tensor(i), t), type.shape); };
+    Value r = c.b.binary(op, operand(1), operand(2));
+    r = c.b.binary(Binary::Multiply, c.value_as(3, type), r);
+    return {c.b.cast(c.b.binary(Binary::Add, operand(0), r), out)};
+  };
+}
+
+// xlogy(self, other): x log(y); 0 where x == 0 unless y is NaN.
+std::vector<Value> xlogy(LoweringContext& c) {
+  Value x = c.operand_as_output(0), y = c.operand_as_output(1), zero = c.b.constant(0, c.out());
+  Value r = c.b.binary(Binary::Multiply, x, c.b.unary(Unary::Log, y));
+  r = c.b.select(c.b.compare(stablehlo::Compare::EQ, x, zero), zero, r);
+  return {c.b.select(c.b.compare(stablehlo::Compare::NE, y, y), y, r)};
+}
+
+// _prelu_kernel(self, weight): x > 0 ? x : w x (weight already broadcastable).
+std::vector<Value> prelu(LoweringContext& c) {
+  Value x = c.operand_as_output(0), w = c.operand_as_output(1);
+  Value pos = c.b.compare(stablehlo::Compare::GT, x, c.b.constant(0, c.out()));
+  return {c.b.select(pos, x, c.b.binary(Binary::Multiply, w, x))};
+}
+
+// _prelu_kernel_backward(grad_output, self, weight) -> (grad_input, grad_weight),
+// both of the broadcast shape (autograd sums grad_weight down to weight's).
+std::vector<Value> prelu_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.operand_as_output(1), w = c.operand_as_output(2);
+  Value zero = c.b.constant(0, c.out());
+  Value pos = c.b.compare(stablehlo::Compare::GT, x, zero);
+  return {c.b.select(pos, g, c.b.binary(Binary::Multiply, w, g)),
+          c.b.cast(c.b.select(pos, zero, c.b.binary(Binary::Multiply, x, g)), c.out(1).dtype)};
 }
 
 std::vector<Value> sign(LoweringContext& c) {
@@ -333,6 +370,13 @@ LOWERING("aten::logical_xor", logical(Binary::Xor));
 LOWERING("aten::logical_not", logical_not);
 LOWERING("aten::isnan", isnan);
 LOWERING("aten::isinf", isinf);
+LOWERING("aten::isneginf", is_signed_inf(-INFINITY));
+LOWERING("aten::isposinf", is_signed_inf(INFINITY));
+LOWERING("aten::xlogy.Tensor", xlogy);
+LOWERING("aten::xlogy.Scalar_Self", xlogy);
+LOWERING("aten::xlogy.Scalar_Other", xlogy);
+LOWERING("aten::_prelu_kernel", prelu);
+LOWERING("aten::_prelu_kernel_backward", prelu_backward);
 LOWERING("aten::sign", sign);
 LOWERING("aten::sgn", sign);
 LOWERING("aten::trunc", trunc);

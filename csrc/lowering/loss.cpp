@@ -49,12 +49,18 @@ NllTerms nll_terms(LoweringContext& c, const Value& self, const Value& target, i
                    Binary::Add);
   }
   r.w = c.b.select(kept, w, c.b.constant(0, wt));
+  // CPU raises for such a target; here the program checks it on the device.
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < tgt.rank(); ++d) all.push_back(d);
+  Value ok = c.b.reduce(c.b.unary(Unary::Not, r.bad), c.b.scalar(1, DType::Bool), all, Binary::And);
+  c.checks.push_back({ok, "Target is out of bounds: a target of nll_loss is not in [0, " + std::to_string(classes) +
+                              ") and is not ignore_index (" + std::to_string(ignore_index) + ")"});
   return r;
 }
 
 // nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction,
-// ignore_index) -> (output, total_weight). A target out of range (CPU raises)
-// gives NaN here rather than a plausible number.
+// ignore_index) -> (output, total_weight). A target out of range raises
+// IndexError (the device check); its loss is NaN, never a plausible number.
 std::vector<Value> nll_loss_forward(LoweringContext& c) {
   DType t = compute_type(c.out(0).dtype);
   Value self = c.b.cast(c.tensor(0), t);
@@ -150,6 +156,92 @@ std::vector<Value> mse_loss_backward(LoweringContext& c) {
   return {c.b.cast(r, c.out().dtype)};
 }
 
+// The elementwise losses below take (…, self, target, …) with equal shapes:
+// PyTorch warns on broadcasting, which runs on the CPU fallback.
+void same_shapes(LoweringContext& c, size_t self, const char* op) {
+  if (c.tensor(self).shape() != c.tensor(self + 1).shape())
+    throw Declined(std::string(op) + ": self and target of different shapes (broadcasting)");
+}
+
+// self - target in the compute type.
+Value difference(LoweringContext& c, size_t self, DType t) {
+  return c.b.binary(Binary::Subtract, c.b.cast(c.tensor(self), t), c.b.cast(c.tensor(self + 1), t));
+}
+
+Value finish(LoweringContext& c, const Value& v) { return c.b.cast(c.b.reshape(v, c.out().shape), c.out().dtype); }
+
+// smooth_l1_loss(self, target, reduction, beta): 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta.
+// huber_loss(self, target, reduction, delta): 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta).
+LoweringRule smooth_loss(bool huber) {
+  return [huber](LoweringContext& c) -> std::vector<Value> {
+    same_shapes(c, 0, huber ? "huber_loss" : "smooth_l1_loss");
+    DType t = compute_type(c.out().dtype);
+    Value d = difference(c, 0, t);
+    TensorType type = d.type;
+    Value a = c.b.unary(Unary::Abs, d), limit = c.value_as(3, type), half = c.b.constant(0.5, type);
+    Value quad = c.b.binary(Binary::Multiply, half, c.b.binary(Binary::Multiply, d, d));
+    Value lin = c.b.binary(Binary::Subtract, a, c.b.binary(Binary::Multiply, half, limit));
+    if (huber)
+      lin = c.b.binary(Binary::Multiply, limit, lin);
+    else
+      quad = c.b.binary(Binary::Divide, quad, limit);
+    Value l = c.b.select(c.b.compare(Compare::LT, a, limit), quad, lin);
+    return {finish(c, reduce_loss(c, l, c.integer(2)))};
+  };
+}
+
+// smooth_l1_loss_backward(grad_output, self, target, reduction, beta): g * clamp(d / beta, -1, 1)
+// huber_loss_backward(..., delta): g * clamp(d, -delta, delta).
+LoweringRule smooth_loss_backward(bool huber) {
+  return [huber](LoweringContext& c) -> std::vector<Value> {
+    same_shapes(c, 1, huber ? "huber_loss_backward" : "smooth_l1_loss_backward");
+    DType t = compute_type(c.out().dtype);
+    Value d = difference(c, 1, t);
+    TensorType type = d.type;
+    Value limit = c.value_as(4, type);
+    Value hi = huber ? limit : c.b.constant(1, type);
+    Value lo = c.b.unary(Unary::Negate, hi);
+    Value inner = huber ? d : c.b.binary(Binary::Divide, d, limit);
+    // CPU's order of tests: with beta 0, d == 0 gives -1.
+    Value r = c.b.select(c.b.compare(Compare::LE, d, c.b.unary(Unary::Negate, limit)), lo,
+                         c.b.select(c.b.compare(Compare::GE, d, limit), hi, inner));
+    return {finish(c, c.b.binary(Binary::Multiply, r, loss_grad(c, type, c.integer(3))))};
+  };
+}
+
+// binary_cross_entropy(self, target, weight?, reduction):
+// -w (y log x + (1 - y) log(1 - x)), each log clamped to >= -100 as on CPU.
+std::vector<Value> binary_cross_entropy(LoweringContext& c) {
+  same_shapes(c, 0, "binary_cross_entropy");
+  DType t = compute_type(c.out().dtype);
+  Value x = c.b.cast(c.tensor(0), t), y = c.b.cast(c.tensor(1), t);
+  TensorType type = x.type;
+  Value one = c.b.constant(1, type), floor = c.b.constant(-100, type);
+  Value log_x = c.b.binary(Binary::Maximum, c.b.unary(Unary::Log, x), floor);
+  Value log_1mx = c.b.binary(Binary::Maximum, c.b.unary(Unary::Log1p, c.b.unary(Unary::Negate, x)), floor);
+  Value l = c.b.binary(Binary::Add, c.b.binary(Binary::Multiply, y, log_x),
+                       c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, one, y), log_1mx));
+  l = c.b.unary(Unary::Negate, l);
+  if (c.has(2)) l = c.b.binary(Binary::Multiply, l, c.b.broadcast_to(c.b.cast(c.tensor(2), t), type.shape));
+  return {finish(c, reduce_loss(c, l, c.integer(3)))};
+}
+
+// binary_cross_entropy_backward(grad_output, self, target, weight?, reduction):
+// g w (x - y) / max(x (1 - x), 1e-12), as CPU computes it.
+std::vector<Value> binary_cross_entropy_backward(LoweringContext& c) {
+  same_shapes(c, 1, "binary_cross_entropy_backward");
+  DType t = compute_type(c.out().dtype);
+  Value x = c.b.cast(c.tensor(1), t);
+  TensorType type = x.type;
+  Value denom = c.b.binary(Binary::Maximum,
+                           c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, c.b.constant(1, type), x), x),
+                           c.b.constant(1e-12, type));
+  Value r = c.b.binary(Binary::Divide, difference(c, 1, t), denom);
+  r = c.b.binary(Binary::Multiply, r, loss_grad(c, type, c.integer(4)));
+  if (c.has(3)) r = c.b.binary(Binary::Multiply, r, c.b.broadcast_to(c.b.cast(c.tensor(3), t), type.shape));
+  return {finish(c, r)};
+}
+
 }  // namespace
 
 LOWERING("aten::nll_loss_forward", nll_loss_forward);
@@ -158,5 +250,11 @@ LOWERING("aten::nll_loss2d_forward", nll_loss_forward);
 LOWERING("aten::nll_loss2d_backward", nll_loss_backward);
 LOWERING("aten::mse_loss", mse_loss);
 LOWERING("aten::mse_loss_backward", mse_loss_backward);
+LOWERING("aten::smooth_l1_loss", smooth_loss(false));
+LOWERING("aten::smooth_l1_loss_backward", smooth_loss_backward(false));
+LOWERING("aten::huber_loss", smooth_loss(true));
+LOWERING("aten::huber_loss_backward", smooth_loss_backward(true));
+LOWERING("aten::binary_cross_entropy", binary_cross_entropy);
+LOWERING("aten::binary_cross_entropy_backward", binary_cross_entropy_backward);
 
 }  // namespace torch_tpu::lowering

@@ -101,6 +101,94 @@ std::vector<Value> layer_norm(LoweringContext& c) {
   return {c.b.cast(y, c.out(0).dtype), stat(mean, 1), stat(rstd, 2)};
 }
 
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
+// weight?, bias?, output_mask) -> (grad_input, grad_weight, grad_bias); an
+// output left out of output_mask is undefined (an empty Value).
+std::vector<Value> layer_norm_backward(LoweringContext& c) {
+  const std::vector<int64_t>& mask = c.ints(7);
+  if (mask.size() != 3) throw Declined("native_layer_norm_backward: output_mask of size != 3");
+  DType t = compute_type(c.tensor(1).dtype());
+  Value g = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t);
+  if (x.type.numel() == 0) throw Declined("native_layer_norm_backward: empty input");
+  const int64_t n = static_cast<int64_t>(c.ints(2).size()), outer = x.rank() - n;
+  std::vector<int64_t> inner_dims, outer_dims;
+  int64_t count = 1;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (d < outer) {
+      outer_dims.push_back(d);
+    } else {
+      inner_dims.push_back(d);
+      count *= x.shape()[d];
+    }
+  }
+  // mean and rstd are [outer..., 1...]: broadcast over the normalized dims.
+  auto stat = [&](size_t i) {
+    Value v = c.b.cast(c.tensor(i), t);
+    Shape kept(x.shape().begin(), x.shape().begin() + outer);
+    return c.b.broadcast_in_dim(c.b.reshape(v, kept), x.shape(), outer_dims);
+  };
+  Value xhat = c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, x, stat(3)), stat(4));
+  std::vector<Value> grads(3);
+  auto param_grad = [&](const Value& v, size_t k) {
+    Value r = outer_dims.empty() ? v : c.b.reduce(v, c.b.scalar(0, t), outer_dims, Binary::Add);
+    return c.b.cast(c.b.reshape(r, c.out(k).shape), c.out(k).dtype);
+  };
+  if (mask[1] && c.has(5)) grads[1] = param_grad(c.b.binary(Binary::Multiply, g, xhat), 1);
+  if (mask[2] && c.has(6)) grads[2] = param_grad(g, 2);
+  if (mask[0]) {
+    // rstd * (gw - mean(gw) - xhat * mean(gw * xhat)), means over the normalized dims.
+    Value gw = c.has(5) ? c.b.binary(Binary::Multiply, g, c.b.broadcast_to(c.b.cast(c.tensor(5), t), x.shape())) : g;
+    Value inv_count = c.b.constant(1.0 / static_cast<double>(count), x.type);
+    Value mean_gw = c.b.binary(Binary::Multiply, reduce_keep(c.b, gw, inner_dims, Binary::Add, 0), inv_count);
+    Value mean_gwx =
+        c.b.binary(Binary::Multiply,
+                   reduce_keep(c.b, c.b.binary(Binary::Multiply, gw, xhat), inner_dims, Binary::Add, 0), inv_count);
+    Value inner = c.b.binary(Binary::Subtract, c.b.binary(Binary::Subtract, gw, mean_gw),
+                             c.b.binary(Binary::Multiply, xhat, mean_gwx));
+    grads[0] = c.b.cast(c.b.binary(Binary::Multiply, stat(4), inner), c.out(0).dtype);
+  }
+  return grads;
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW,
+// group, output_mask) -> (grad_input, grad_weight, grad_bias): layer norm's
+// backward over each (sample, group) of [N, G, C/G, HxW], per-channel affine.
+std::vector<Value> group_norm_backward(LoweringContext& c) {
+  const std::vector<int64_t>& mask = c.ints(9);
+  if (mask.size() != 3) throw Declined("native_group_norm_backward: output_mask of size != 3");
+  DType t = compute_type(c.tensor(1).dtype());
+  const int64_t n = c.integer(5), channels = c.integer(6), hw = c.integer(7), groups = c.integer(8);
+  if (n * channels * hw == 0) throw Declined("native_group_norm_backward: empty input");
+  Shape grouped{n, groups, channels / groups, hw};
+  Value g = c.b.reshape(c.b.cast(c.tensor(0), t), grouped), x = c.b.reshape(c.b.cast(c.tensor(1), t), grouped);
+  auto stat = [&](size_t i) {
+    return c.b.broadcast_in_dim(c.b.reshape(c.b.cast(c.tensor(i), t), {n, groups}), grouped, {0, 1});
+  };
+  auto channel = [&](const Value& v) {  // [C] over the grouped shape
+    return c.b.broadcast_in_dim(c.b.reshape(v, {groups, channels / groups}), grouped, {1, 2});
+  };
+  Value xhat = c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, x, stat(2)), stat(3));
+  std::vector<Value> grads(3);
+  auto param_grad = [&](const Value& v, size_t k) {
+    Value r = c.b.reduce(v, c.b.scalar(0, t), {0, 3}, Binary::Add);
+    return c.b.cast(c.b.reshape(r, c.out(k).shape), c.out(k).dtype);
+  };
+  if (mask[1]) grads[1] = param_grad(c.b.binary(Binary::Multiply, g, xhat), 1);
+  if (mask[2]) grads[2] = param_grad(g, 2);
+  if (mask[0]) {
+    Value gw = c.has(4) ? c.b.binary(Binary::Multiply, g, channel(c.b.cast(c.tensor(4), t))) : g;
+    Value inv_count = c.b.constant(1.0 / static_cast<double>(channels / groups * hw), x.type);
+    Value mean_gw = c.b.binary(Binary::Multiply, reduce_keep(c.b, gw, {2, 3}, Binary::Add, 0), inv_count);
+    Value mean_gwx = c.b.binary(
+        Binary::Multiply, reduce_keep(c.b, c.b.binary(Binary::Multiply, gw, xhat), {2, 3}, Binary::Add, 0), inv_count);
+    Value inner = c.b.binary(Binary::Subtract, c.b.binary(Binary::Subtract, gw, mean_gw),
+                             c.b.binary(Binary::Multiply, xhat, mean_gwx));
+    Value gi = c.b.binary(Binary::Multiply, stat(3), inner);
+    grads[0] = c.b.cast(c.b.reshape(gi, c.out(0).shape), c.out(0).dtype);
+  }
+  return grads;
+}
+
 // ---- Batch norm. The channel dimension is 1; statistics reduce every other.
 
 std::vector<int64_t> batch_dims(const Value& x) {
@@ -221,8 +309,8 @@ std::vector<Value> native_batch_norm_legit_functional(LoweringContext& c) {
 // running_var?, save_mean?, save_invstd?, train, eps, output_mask)
 std::vector<Value> native_batch_norm_backward(LoweringContext& c) {
   const std::vector<int64_t>& mask = c.ints(9);
-  if (mask.size() != 3 || !mask[0] || !mask[1] || !mask[2]) throw Declined("batch_norm_backward: partial output_mask");
-  DType t = compute_type(c.out(0).dtype);
+  if (mask.size() != 3) throw Declined("batch_norm_backward: output_mask of size != 3");
+  DType t = compute_type(c.tensor(1).dtype());
   Value g = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t);
   if (x.rank() < 2 || x.type.numel() == 0) throw Declined("batch_norm_backward: rank < 2 or empty input");
   bool train = c.args[7].b;
@@ -245,6 +333,11 @@ std::vector<Value> native_batch_norm_backward(LoweringContext& c) {
   Value sum_g = c.b.reduce(g, c.b.scalar(0, t), dims, Binary::Add);
   Value sum_gx = c.b.reduce(c.b.binary(Binary::Multiply, g, xhat), c.b.scalar(0, t), dims, Binary::Add);
   Value scale = per_channel(c.b, c.b.binary(Binary::Multiply, w, invstd), x);
+  // Outputs left out of output_mask are undefined (an empty Value).
+  std::vector<Value> grads(3);
+  if (mask[1]) grads[1] = c.b.cast(c.b.reshape(sum_gx, c.out(1).shape), c.out(1).dtype);
+  if (mask[2]) grads[2] = c.b.cast(c.b.reshape(sum_g, c.out(2).shape), c.out(2).dtype);
+  if (!mask[0]) return grads;
   Value gi;
   if (train) {
     double inv_count = static_cast<double>(channels) / static_cast<double>(x.type.numel());
@@ -256,8 +349,8 @@ std::vector<Value> native_batch_norm_backward(LoweringContext& c) {
   } else {
     gi = c.b.binary(Binary::Multiply, scale, g);
   }
-  return {c.b.cast(gi, c.out(0).dtype), c.b.cast(c.b.reshape(sum_gx, c.out(1).shape), c.out(1).dtype),
-          c.b.cast(c.b.reshape(sum_g, c.out(2).shape), c.out(2).dtype)};
+  grads[0] = c.b.cast(gi, c.out(0).dtype);
+  return grads;
 }
 
 }  // namespace
@@ -267,6 +360,8 @@ LOWERING("aten::_log_softmax", log_softmax);
 LOWERING("aten::_softmax_backward_data", softmax_backward);
 LOWERING("aten::_log_softmax_backward_data", log_softmax_backward);
 LOWERING("aten::native_layer_norm", layer_norm);
+LOWERING("aten::native_layer_norm_backward", layer_norm_backward);
+LOWERING("aten::native_group_norm_backward", group_norm_backward);
 LOWERING("aten::_native_batch_norm_legit", native_batch_norm_legit);
 LOWERING("aten::_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_stats);
 LOWERING("aten::_native_batch_norm_legit_no_training", native_batch_norm_legit_no_training);

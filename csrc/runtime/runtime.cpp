@@ -168,7 +168,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   program->checks = std::move(spec.checks);
   for (const auto& t : program->outputs) {
     int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
+    for (int64_t d : t.shape) n *= std::max<int64_t>(d, 0);  // -1: an undefined output
     program->output_bytes += n * static_cast<int64_t>(stablehlo::byte_size(t.dtype));
   }
   program->mlir = mlir;

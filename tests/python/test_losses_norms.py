@@ -84,12 +84,23 @@ def test_nll_loss2d(reduction):
     compare_fn(lambda x, t, w: F.nll_loss(x, t, weight=w, reduction=reduction, ignore_index=1), x, t, w, grad_args=(0,))
 
 
-@pytest.mark.parametrize("label_smoothing", [0.0])
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
 def test_cross_entropy(label_smoothing):
     torch.manual_seed(3)
     x = torch.randn(6, 10)
     t = torch.randint(0, 10, (6,))
-    compare_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing), x, t)
+    t[0] = -100
+    w = torch.rand(10) + 0.5
+    tol = {"rtol": 1e-5, "atol": 1e-6}
+    compare_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing), x, t, tol=tol)
+    compare_fn(
+        lambda x, t, w: F.cross_entropy(x, t, w, label_smoothing=label_smoothing), x, t, w, tol=tol, grad_args=(0,)
+    )
+    # probabilities as targets, and the 2d (image) case
+    p = torch.randn(6, 10).softmax(1)
+    compare_fn(lambda x, p: F.cross_entropy(x, p, label_smoothing=label_smoothing), x, p, tol=tol, grad_args=(0,))
+    x4, t4 = torch.randn(2, 5, 3, 3), torch.randint(0, 5, (2, 3, 3))
+    compare_fn(lambda x, t: F.cross_entropy(x, t, label_smoothing=label_smoothing, reduction="sum"), x4, t4, tol=tol)
 
 
 @pytest.mark.parametrize("ord", [2, 1, math.inf, -math.inf, 0, 3, 0.5])
@@ -146,8 +157,8 @@ def test_mse_loss(reduction):
 @pytest.mark.parametrize("affine", [True, False])
 def test_batch_norm_training(shape, affine):
     # Without weight, autograd asks native_batch_norm_backward for the input's
-    # grad only: that partial output_mask runs on CPU.
-    mode = "error" if affine else "cpu"
+    # grad only: a partial output_mask, also on the device.
+    mode = "error"
     torch.manual_seed(7)
     cls = {2: torch.nn.BatchNorm1d, 3: torch.nn.BatchNorm1d, 4: torch.nn.BatchNorm2d}[len(shape)]
     m_c = cls(3, affine=affine, momentum=0.3)
@@ -247,3 +258,144 @@ def test_mlp_classifier_training_matches_cpu():
                 losses.append(loss.item())
     torch.testing.assert_close(torch.tensor(losses_t), torch.tensor(losses_c), rtol=1e-4, atol=1e-6)
     assert losses_c[-1] < losses_c[0]
+
+
+DTYPE_TOL = {
+    torch.float32: {"rtol": 1e-5, "atol": 1e-6},
+    torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
+    torch.float64: {},
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_smooth_l1_and_huber_loss(dtype, reduction):
+    torch.manual_seed(10)
+    a, b = torch.randn(4, 5, dtype=dtype), torch.randn(4, 5, dtype=dtype)
+    b[0, :2] = a[0, :2]  # d == 0
+    tol = DTYPE_TOL[dtype]
+    for beta in (1.0, 0.3):
+        compare_fn(lambda a, b, beta=beta: F.smooth_l1_loss(a, b, reduction=reduction, beta=beta), a, b, tol=tol)
+        compare_fn(lambda a, b, beta=beta: F.huber_loss(a, b, reduction=reduction, delta=beta), a, b, tol=tol)
+    # beta = 0 (F.smooth_l1_loss turns it into l1_loss; the aten op itself too)
+    compare_fn(lambda a, b: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.0), a, b, tol=tol)
+    red = {"none": 0, "mean": 1, "sum": 2}[reduction]
+    compare_fn(lambda a, b: torch.ops.aten.smooth_l1_loss(a, b, red, 0.0), a, b, tol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_binary_cross_entropy(dtype, reduction):
+    torch.manual_seed(11)
+    x = torch.rand(4, 5, dtype=dtype) * 0.9 + 0.05
+    y = torch.rand(4, 5, dtype=dtype)
+    w = torch.rand(5, dtype=dtype) + 0.5
+    tol = DTYPE_TOL[dtype]
+    compare_fn(lambda x, y: F.binary_cross_entropy(x, y, reduction=reduction), x, y, tol=tol)
+    compare_fn(
+        lambda x, y, w: F.binary_cross_entropy(x, y, weight=w, reduction=reduction), x, y, w, tol=tol, grad_args=(0, 1)
+    )
+    # log clamps to -100 at 0 and 1 (CPU does the same)
+    x[0, 0], x[1, 1], y[0, 0], y[1, 1] = 0, 1, 1, 0
+    compare_fn(lambda x, y: F.binary_cross_entropy(x, y, reduction=reduction), x, y, tol=tol, grad_args=())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bce_with_logits_soft_margin_logsigmoid(dtype):
+    torch.manual_seed(12)
+    x, y = torch.randn(4, 5, dtype=dtype) * 3, torch.rand(4, 5, dtype=dtype)
+    pw = torch.rand(5, dtype=dtype) + 0.5
+    tol = DTYPE_TOL[dtype]
+    compare_fn(F.binary_cross_entropy_with_logits, x, y, tol=tol)
+    compare_fn(
+        lambda x, y, pw: F.binary_cross_entropy_with_logits(x, y, pos_weight=pw), x, y, pw, tol=tol, grad_args=(0, 1)
+    )
+    compare_fn(lambda x, y: F.soft_margin_loss(x, y * 2 - 1), x, y, tol=tol, grad_args=(0,))
+    compare_fn(F.logsigmoid, x, tol=tol)
+
+
+def test_nll_loss_target_out_of_bounds_raises():
+    x = torch.randn(3, 4).log_softmax(1)
+    for bad in (4, -1, 7):
+        t = torch.tensor([0, bad, 2])
+        with pytest.raises(IndexError, match="Target .*out of bounds"):
+            F.nll_loss(x, t)  # CPU: "Target 4 is out of bounds."
+        with torch_tpu.set_fallback("error"), pytest.raises(IndexError, match="Target .*out of bounds"):
+            F.nll_loss(x.to("tpu"), t.to("tpu")).item()
+    # ignore_index may lie outside [0, C)
+    t = torch.tensor([0, -100, 2])
+    with torch_tpu.set_fallback("error"):
+        assert_same(F.nll_loss(x.to("tpu"), t.to("tpu")), F.nll_loss(x, t))
+    # the 2d op and the backward ops check too
+    x2 = torch.randn(1, 3, 2, 2)
+    t2 = torch.tensor([[[0, 1], [3, 2]]])
+    with torch_tpu.set_fallback("error"), torch_tpu.set_eager_mode("debug"):
+        with pytest.raises(IndexError, match="Target .*out of bounds"):
+            F.nll_loss(x2.to("tpu"), t2.to("tpu"))
+        with pytest.raises(IndexError, match="Target .*out of bounds"):
+            torch.ops.aten.nll_loss_backward(
+                torch.tensor(1.0, device="tpu"),
+                x.to("tpu"),
+                torch.tensor([0, 5, 1], device="tpu"),
+                None,
+                1,
+                -100,
+                torch.tensor(3.0, device="tpu"),
+            )
+    # the process stays usable
+    with torch_tpu.set_fallback("error"):
+        assert_same(
+            F.nll_loss(x.to("tpu"), torch.tensor([0, 1, 2], device="tpu")), F.nll_loss(x, torch.tensor([0, 1, 2]))
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("shape,normalized", [((6, 8), (8,)), ((2, 3, 4, 5), (4, 5)), ((7,), (7,))])
+def test_layer_norm_forward_backward(dtype, affine, shape, normalized):
+    torch.manual_seed(13)
+    x = torch.randn(*shape, dtype=dtype) * 2 + 0.5
+    w, b = torch.rand(*normalized, dtype=dtype) + 0.5, torch.randn(*normalized, dtype=dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else DTYPE_TOL[dtype]
+    if affine:
+        compare_fn(lambda x, w, b: F.layer_norm(x, normalized, w, b), x, w, b, tol=tol)
+        compare_fn(lambda x, w: F.layer_norm(x, normalized, w), x, w, tol=tol)
+        # grads of the parameters only (the first layer: the input needs none)
+        compare_fn(lambda x, w, b: F.layer_norm(x, normalized, w, b), x, w, b, tol=tol, grad_args=(1, 2))
+        compare_fn(lambda x, w, b: F.layer_norm(x, normalized, w, b), x, w, b, tol=tol, grad_args=(0, 2))
+    else:
+        compare_fn(lambda x: F.layer_norm(x, normalized), x, tol=tol)
+
+
+@pytest.mark.parametrize("mask", [(True, False, False), (False, True, True), (True, True, False)])
+def test_batch_norm_backward_partial_mask(mask):
+    torch.manual_seed(14)
+    g, x = torch.randn(5, 3, 4), torch.randn(5, 3, 4)
+    w, mean, invstd = torch.rand(3) + 0.5, x.mean((0, 2)), x.var((0, 2), unbiased=False).add(1e-5).rsqrt()
+    args = (None, None, mean, invstd, True, 1e-5, list(mask))
+    with torch_tpu.set_fallback("error"):
+        got = torch.ops.aten.native_batch_norm_backward(
+            g.to("tpu"), x.to("tpu"), w.to("tpu"), *[a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
+        )
+    want = torch.ops.aten.native_batch_norm_backward(g, x, w, *args)
+    for a, e, m in zip(got, want, mask, strict=True):
+        if m:
+            assert_same(a, e, rtol=1e-4, atol=1e-5)
+        else:
+            assert a is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shape,groups", [((3, 6, 5), 2), ((2, 4, 3, 3), 4), ((2, 6), 3)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_forward_backward(dtype, shape, groups, affine):
+    torch.manual_seed(15)
+    x = torch.randn(*shape, dtype=dtype) * 2 + 1
+    c = shape[1]
+    w, b = torch.rand(c, dtype=dtype) + 0.5, torch.randn(c, dtype=dtype)
+    tol = {"rtol": 1e-4, "atol": 1e-5} if dtype == torch.float32 else DTYPE_TOL[dtype]
+    if affine:
+        compare_fn(lambda x, w, b: F.group_norm(x, groups, w, b), x, w, b, tol=tol)
+        compare_fn(lambda x, w, b: F.group_norm(x, groups, w, b), x, w, b, tol=tol, grad_args=(1, 2))
+    else:
+        compare_fn(lambda x: F.group_norm(x, groups), x, tol=tol)
