@@ -18,14 +18,11 @@ the comparisons run dropout layers in eval mode (the CNN) or with p=0 (the
 transformers); the rest of the model trains in train mode (batch norm uses
 batch statistics and updates its running statistics).
 
-Some ops still run on the CPU fallback while their lowering rules are being
-written (see torch_tpu.metrics()["fallback::<op>"]); that is correct, only
-slower. These tests will switch to TORCH_TPU_FALLBACK=error once they land.
+Every op of these steps has a lowering rule: the tests run with the CPU
+fallback set to error, so an op that falls back fails the test.
 """
 
 import copy
-import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -51,28 +48,10 @@ OPTIMIZERS = {
 }
 
 
-def fallbacks() -> dict:
-    return {k.split("::", 1)[1]: v for k, v in torch_tpu.metrics().items() if k.startswith("fallback::") and v}
-
-
-FALLBACKS: dict[str, dict] = {}  # test -> {op: count}, written to build/training_fallbacks.json
-
-
 @pytest.fixture(autouse=True)
-def record_fallbacks(request):
-    torch_tpu.reset_metrics()
-    yield
-    if ops := fallbacks():
-        FALLBACKS[request.node.name] = ops
-
-
-@pytest.fixture(autouse=True, scope="module")
-def write_fallbacks():
-    yield
-    out = Path(__file__).resolve().parents[2] / "build" / "training_fallbacks.json"
-    if out.parent.is_dir():
-        ops = sorted({op for per_test in FALLBACKS.values() for op in per_test})
-        out.write_text(json.dumps({"ops": ops, "per_test": FALLBACKS}, indent=1))
+def no_fallback():
+    with torch_tpu.set_fallback("error"):
+        yield
 
 
 def train_both(model_cpu, make_opt, batches, loss_fn, clip=None, prepare=None):
