@@ -24,6 +24,29 @@ def assert_same(tpu_result, cpu_result, **tol):
     torch.testing.assert_close(tpu_result.cpu(), cpu_result, **tol)
 
 
+def compare_fn(fn, *inputs, tol=None, grad_args=None):
+    """fn on CPU and on tpu with the CPU fallback off: outputs compared, then the
+    grads of the float inputs (or of the inputs numbered in grad_args)."""
+    import torch_tpu
+
+    tol = tol or {}
+    cpu_in = [
+        x.detach().clone().requires_grad_(x.is_floating_point() if grad_args is None else i in grad_args)
+        for i, x in enumerate(inputs)
+    ]
+    with torch_tpu.set_fallback("error"):
+        tpu_in = [x.detach().to("tpu").requires_grad_(x.requires_grad) for x in cpu_in]
+        out_t, out_c = fn(*tpu_in), fn(*cpu_in)
+        assert_same(out_t, out_c, **tol)
+        if out_c.requires_grad:
+            g = torch.rand_like(out_c)
+            out_c.backward(g)
+            out_t.backward(g.to("tpu"))
+            for a, b in zip(tpu_in, cpu_in, strict=True):
+                if b.grad is not None:
+                    assert_same(a.grad, b.grad, **tol)
+
+
 def pytest_terminal_summary(terminalreporter):
     module = sys.modules.get("test_opinfo")
     if module is not None and (module.SUMMARY["passed"] or module.SUMMARY["failed"]):

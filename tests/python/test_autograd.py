@@ -5,7 +5,7 @@ forward/backward ops a training step needs, compared with CPU."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same
+from conftest import assert_same, compare_fn
 
 import torch_tpu
 
@@ -110,26 +110,6 @@ GRADCHECKS = [
 @pytest.mark.parametrize("name,fn,inputs,grad_args", GRADCHECKS, ids=[g[0] for g in GRADCHECKS])
 def test_gradcheck(name, fn, inputs, grad_args):
     gradcheck(fn, *inputs, grad_args=grad_args)
-
-
-def compare_fn(fn, *inputs, tol=None, grad_args=None):
-    """fn on CPU and on tpu with the fallback off; outputs and grads compared."""
-    tol = tol or {}
-    cpu_in = [
-        x.detach().clone().requires_grad_(x.is_floating_point() if grad_args is None else i in grad_args)
-        for i, x in enumerate(inputs)
-    ]
-    with torch_tpu.set_fallback("error"):
-        tpu_in = [x.detach().to("tpu").requires_grad_(x.requires_grad) for x in cpu_in]
-        out_t, out_c = fn(*tpu_in), fn(*cpu_in)
-        assert_same(out_t, out_c, **tol)
-        if out_c.requires_grad:
-            g = torch.randn_like(out_c)
-            out_c.backward(g)
-            out_t.backward(g.to("tpu"))
-            for a, b in zip(tpu_in, cpu_in, strict=True):
-                if b.grad is not None:
-                    assert_same(a.grad, b.grad, **tol)
 
 
 TOL = {torch.float32: {"rtol": 1e-5, "atol": 1e-5}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2}, torch.float64: {}}

@@ -5,34 +5,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same
+from conftest import assert_same, compare_fn
 
 import torch_tpu
-
-
-def tpu_leaf(t):
-    return t.detach().to("tpu").requires_grad_(t.requires_grad)
-
-
-def compare_fn(fn, *inputs, tol=None, grad_args=None):
-    """fn on CPU and on tpu; outputs and the grads of the float inputs (or of grad_args) compared."""
-    tol = tol or {}
-    cpu_in = [
-        x.detach().clone().requires_grad_(x.is_floating_point() if grad_args is None else i in grad_args)
-        for i, x in enumerate(inputs)
-    ]
-    with torch_tpu.set_fallback("error"):
-        tpu_in = [tpu_leaf(x) for x in cpu_in]
-        out_t = fn(*tpu_in)
-        out_c = fn(*cpu_in)
-        assert_same(out_t, out_c, **tol)
-        if out_c.requires_grad:
-            g = torch.rand_like(out_c)
-            out_c.backward(g)
-            out_t.backward(g.to("tpu"))
-            for a, b in zip(tpu_in, cpu_in, strict=True):
-                if b.grad is not None:
-                    assert_same(a.grad, b.grad, **tol)
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
