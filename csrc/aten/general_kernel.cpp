@@ -735,6 +735,7 @@ void register_general_kernels() {
   static bool done = false;
   if (done) return;
   done = true;
+  register_missing_meta_kernels();
   static auto* library =
       new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();

@@ -5,4 +5,7 @@ namespace torch_tpu::aten {
 // whose functional form has one (in-place and out= variants). Runs once, after
 // every rule's static registration.
 void register_general_kernels();
+// Meta kernels for ops torch ships without one (csrc/aten/meta_kernels.cpp);
+// called by register_general_kernels.
+void register_missing_meta_kernels();
 }  // namespace torch_tpu::aten

@@ -178,8 +178,9 @@ LoweringRule nearest_backward(size_t n, bool exact) {
   };
 }
 
-// Linear interpolation is written for float and double only: PyTorch's
-// reduced-precision kernels round their weights and sums differently.
+// Linear interpolation is written for float and double. The forward of a
+// half-precision input computes in float32 and rounds once, bit-exactly as
+// CPU does; CPU's half backward accumulates in half, so that one declines.
 void require_float_or_double(DType t, const char* op) {
   if (t != DType::Float32 && t != DType::Float64) throw Declined(std::string(op) + ": not float32/float64");
 }
@@ -192,6 +193,7 @@ LoweringRule linear(size_t n) {
     Value x = c.tensor(0);
     const TensorType& out = c.out();
     require_rank(x.type, n, "upsample_linear");
+    if (x.dtype() == DType::BFloat16 || x.dtype() == DType::Float16) x = c.b.cast(x, DType::Float32);
     require_float_or_double(x.dtype(), "upsample_linear");
     if (out.numel() == 0) return {c.b.constant(0, out)};
     const bool align_corners = c.args[2].b;
@@ -201,7 +203,7 @@ LoweringRule linear(size_t n) {
       x = c.b.binary(Binary::Add, weigh(c.b, take(c.b, x, d, t.i0), d, t.w0),
                      weigh(c.b, take(c.b, x, d, t.i1), d, t.w1));
     }
-    return {x};
+    return {c.b.cast(x, out.dtype)};
   };
 }
 

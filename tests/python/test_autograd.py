@@ -379,6 +379,23 @@ def test_lstm_training_step(bias):
     )
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_gru_training_step(bias):
+    # nn.GRU calls _thnn_fused_gru_cell on PrivateUse1; torch has no meta kernel
+    # for it, so ours (csrc/aten/meta_kernels.cpp) gives the shapes.
+    x, y = torch.randn(2, 4, 3), torch.randn(2, 4, 5)
+    train_steps(
+        lambda: torch.nn.GRU(3, 5, num_layers=2, batch_first=True, bias=bias),
+        lambda m, x, y: F.mse_loss(m(x)[0], y) + m(x)[1].square().mean(),
+        (x, y),
+    )
+
+
+def test_gradcheck_gru_cell():
+    cell = torch.nn.GRUCell(2, 3).double().to("tpu")
+    gradcheck(lambda x, h: cell(x, h), t64(2, 2), t64(2, 3))
+
+
 def test_gradcheck_lstm_cell():
     cell = torch.nn.LSTMCell(2, 3).double().to("tpu")
 

@@ -93,6 +93,16 @@ def test_bilinear_float_and_double(dtype):
     check_with_grad(lambda t: F.interpolate(t, scale_factor=1.3, mode="bilinear", align_corners=True), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bilinear_half_forward_is_bit_exact(dtype, align_corners):
+    # CPU computes half-precision bilinear in float32 and rounds once; so do we.
+    # (Its half backward accumulates in half and runs on the CPU fallback.)
+    x = torch.randn(2, 3, 7, 9).to(dtype)
+    out = F.interpolate(x.to("tpu"), size=(13, 5), mode="bilinear", align_corners=align_corners)
+    assert_same(out, F.interpolate(x, size=(13, 5), mode="bilinear", align_corners=align_corners), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.bfloat16])
 def test_nearest_other_dtypes(dtype):
     x = torch.randint(0, 100, (2, 3, 5, 6)).to(dtype)

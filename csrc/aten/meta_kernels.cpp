@@ -1,0 +1,62 @@
+// Meta kernels (output shapes and dtypes) for ops PyTorch ships without one,
+// so that the general kernel can lower them: the fused GRU cell, which
+// nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "aten/general_kernel.h"
+
+namespace torch_tpu::aten {
+namespace {
+
+at::Tensor meta_like(const at::Tensor& t, at::IntArrayRef sizes) {
+  return at::empty(sizes, t.options().device(at::kMeta));
+}
+
+// (hy [B, H], workspace [B, 5H]).
+std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
+                                                  const at::Tensor& hx, const std::optional<at::Tensor>&,
+                                                  const std::optional<at::Tensor>&) {
+  TORCH_CHECK(hx.dim() == 2 && input_gates.dim() == 2 && hidden_gates.dim() == 2 &&
+                  input_gates.sizes() == hidden_gates.sizes() && input_gates.size(0) == hx.size(0) &&
+                  input_gates.size(1) == 3 * hx.size(1),
+              "_thnn_fused_gru_cell: expected input_gates and hidden_gates of shape [B, 3H] and hx of shape [B, H], "
+              "got ",
+              input_gates.sizes(), ", ", hidden_gates.sizes(), " and ", hx.sizes());
+  return {meta_like(hx, hx.sizes()), meta_like(hx, {hx.size(0), 5 * hx.size(1)})};
+}
+
+// (grad_input_gates [B, 3H], grad_hidden_gates [B, 3H], grad_hx [B, H],
+// grad_input_bias [3H], grad_hidden_bias [3H]; the biases' only with has_bias).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru_cell_backward(
+    const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  TORCH_CHECK(grad_hy.dim() == 2 && workspace.dim() == 2 && workspace.size(1) == 5 * grad_hy.size(1),
+              "_thnn_fused_gru_cell_backward: expected grad_hy [B, H] and workspace [B, 5H], got ", grad_hy.sizes(),
+              " and ", workspace.sizes());
+  const int64_t b = grad_hy.size(0), h = grad_hy.size(1);
+  at::Tensor bias = has_bias ? meta_like(grad_hy, {3 * h}) : at::Tensor();
+  return {meta_like(grad_hy, {b, 3 * h}), meta_like(grad_hy, {b, 3 * h}), meta_like(grad_hy, {b, h}), bias,
+          has_bias ? meta_like(grad_hy, {3 * h}) : at::Tensor()};
+}
+
+bool lacks_meta(const char* op) {
+  auto handle = c10::Dispatcher::singleton().findOp({op, ""});
+  return handle && !handle->hasKernelForDispatchKey(c10::DispatchKey::Meta);
+}
+
+}  // namespace
+
+void register_missing_meta_kernels() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  // Only where torch has none: a later torch that ships one keeps its own.
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Meta, __FILE__, __LINE__);
+  if (lacks_meta("aten::_thnn_fused_gru_cell")) library->impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));
+  if (lacks_meta("aten::_thnn_fused_gru_cell_backward"))
+    library->impl("_thnn_fused_gru_cell_backward", TORCH_FN(fused_gru_cell_backward));
+}
+
+}  // namespace torch_tpu::aten
