@@ -76,6 +76,7 @@ void TpuGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
 }
 
 uint64_t TpuGeneratorImpl::next_key() {
+  runtime::Runtime::get().count("random_keys");  // metrics(): how many random draws ran
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t offset = offset_++;
   return mix64(mix64(seed_) + offset * 0x9E3779B97F4A7C15ULL);

@@ -42,7 +42,20 @@ KNOWN_FAILURES: dict[str, str] = {
 # these tolerances too).
 TOLERANCE = {
     name: {"atol": 5e-5, "rtol": 5e-5}
-    for name in ("matmul", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "inner", "tensordot")
+    for name in (
+        "matmul",
+        "__rmatmul__",
+        "mm",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "addbmm",
+        "einsum",
+        "inner",
+        "tensordot",
+        "nn.functional.scaled_dot_product_attention",
+        "nn.functional.multi_head_attention_forward",
+    )
 }
 # Convolutions sum over channels x window in yet another order.
 TOLERANCE.update(
@@ -53,7 +66,7 @@ TOLERANCE.update(
 # What the backend refuses by design, with a clear error: not a claimed op.
 UNSUPPORTED = re.compile(r"dtype torch\.\w+ is not supported on tpu|Sparse\w*tpu|sparse tensors")
 
-SUMMARY = {"passed": 0, "failed": 0, "uncovered": 0, "ops_covered": 0, "ops_failed": 0, "ops_uncovered": 0}
+SUMMARY = {"passed": 0, "failed": 0, "uncovered": 0, "random": 0, "ops_covered": 0, "ops_failed": 0, "ops_uncovered": 0}
 MISSING_LOWERINGS: dict[str, int] = {}
 
 
@@ -93,6 +106,11 @@ def missing_op(error: Exception):
     return f"unsupported: {m.group(0)}" if m else None
 
 
+def random_draws() -> int:
+    """Random keys the tpu generators have handed out (a wrapper_set_seed op restores the state itself)."""
+    return torch_tpu.metrics().get("random_keys", 0)
+
+
 def has_tensor(sample) -> bool:
     values = [sample.input, *sample.args, *sample.kwargs.values()]
     flat = [v for x in values for v in (x if isinstance(x, (list, tuple)) else [x])]
@@ -118,8 +136,14 @@ def run_samples(opinfo):
             tpu_sample.kwargs["device"] = "tpu"
         tpu_args = ["tpu" if is_cpu_device(a) else a for a in tpu_sample.args]  # x.to("cpu", ...) samples
         try:
+            draws = random_draws()
             with torch_tpu.set_fallback("error"):
                 actual = opinfo(tpu_sample.input, *tpu_args, **tpu_sample.kwargs)
+            if random_draws() > draws:
+                # It drew random numbers (dropout_p > 0): the device's stream is
+                # not CPU's by design; test_random.py checks distributions.
+                SUMMARY["random"] += 1
+                continue
             compare(actual, expected, tolerance=tolerance)
             passed += 1
         except (NotImplementedError, TypeError, RuntimeError) as e:
@@ -169,7 +193,7 @@ def pytest_sessionfinish_summary():
     rate = SUMMARY["passed"] / covered if covered else 0.0
     text = (
         f"OpInfo float32: {SUMMARY['passed']} samples passed, {SUMMARY['failed']} failed "
-        f"({rate:.1%} of covered), {SUMMARY['uncovered']} uncovered; "
+        f"({rate:.1%} of covered), {SUMMARY['uncovered']} uncovered, {SUMMARY['random']} random (not compared); "
         f"OpInfos covered {SUMMARY['ops_covered']} (with failures {SUMMARY['ops_failed']}), "
         f"not covered {SUMMARY['ops_uncovered']}"
     )
