@@ -115,3 +115,18 @@ def get_fallback() -> str:
 def registered_lowerings() -> list:
     """The aten ops (overload names) with a lowering rule."""
     return list(_C.registered_lowerings())
+
+
+def cache_info() -> dict:
+    """The persistent compilation cache: its directory, entries, bytes and size limit.
+
+    Set by TORCH_TPU_CACHE_DIR (default ~/.cache/torch_tpu; "off" disables it) and
+    TORCH_TPU_CACHE_LIMIT (bytes, default 4 GiB; least recently used entries go first).
+    Hits, misses and writes are in metrics() as disk_cache_*.
+    """
+    return dict(_C.cache_info())
+
+
+def cache_clear() -> int:
+    """Removes every entry of the persistent compilation cache; returns how many."""
+    return _C.cache_clear()

@@ -69,6 +69,18 @@ PYBIND11_MODULE(_C, m) {
     Runtime::get().synchronize(device);
   });
   m.def("metrics", [] { return Runtime::get().metrics(); });
+  // The persistent compilation cache; needs no runtime (no plugin load).
+  m.def("cache_info", [] {
+    auto i = torch_tpu::runtime::DiskCache::from_environment().info();
+    py::dict d;
+    d["dir"] = i.dir;
+    d["enabled"] = !i.dir.empty();
+    d["entries"] = i.entries;
+    d["bytes"] = i.bytes;
+    d["limit_bytes"] = i.limit;
+    return d;
+  });
+  m.def("cache_clear", [] { return torch_tpu::runtime::DiskCache::from_environment().clear(); });
   m.def("reset_metrics", [] { Runtime::get().reset_metrics(); });
   m.def("memory_allocated", [](int d) { return Runtime::get().memory_allocated(d); });
   m.def("max_memory_allocated", [](int d) { return Runtime::get().max_memory_allocated(d); });

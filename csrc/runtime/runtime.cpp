@@ -1,7 +1,10 @@
 #include "runtime/runtime.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +28,49 @@ std::string env(const char* name, const char* fallback = "") {
 std::string upper(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   return s;
+}
+
+// The identity of this build of the library (path, size, modification time
+// of the shared object holding this code): index entries of the disk cache
+// name programs by op keys, whose lowering may change with any rebuild.
+const std::string& library_identity() {
+  static const std::string id = [] {
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<const void*>(&library_identity), &info) || !info.dli_fname) return std::string("?");
+    std::error_code ec;
+    std::filesystem::path path(info.dli_fname);
+    auto size = std::filesystem::file_size(path, ec);
+    auto time = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+    return path.string() + ":" + std::to_string(size) + ":" + std::to_string(time);
+  }();
+  return id;
+}
+
+int64_t output_bytes(const std::vector<TensorType>& outputs) {
+  int64_t bytes = 0;
+  for (const auto& t : outputs) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= std::max<int64_t>(d, 0);  // -1: an undefined output
+    bytes += n * static_cast<int64_t>(stablehlo::byte_size(t.dtype));
+  }
+  return bytes;
+}
+
+// An index entry: the executable's disk key, then the output types and check
+// messages, one per line ("o <dtype> <dims...>", "c <message>").
+std::string encode_index(const Program& program, const std::string& disk_key) {
+  std::string out = std::to_string(disk_key.size()) + "\n" + disk_key;
+  for (const auto& t : program.outputs) {
+    out += "o " + std::to_string(static_cast<int>(t.dtype));
+    for (int64_t d : t.shape) out += " " + std::to_string(d);
+    out += "\n";
+  }
+  for (const auto& c : program.checks) out += "c " + c + "\n";
+  return out;
+}
+
+int64_t microseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
 }
 
 // FNV-1a, for file names of the on-disk cache.
@@ -152,6 +198,39 @@ PJRT_Device* Runtime::device(int index) const {
   return client_->devices()[index];
 }
 
+std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::string& index_key) {
+  auto index = disk.load(index_key);
+  if (!index) return nullptr;
+  std::istringstream in(*index);
+  size_t key_size = 0;
+  in >> key_size;
+  in.get();
+  std::string disk_key(key_size, '\0');
+  if (!in.read(disk_key.data(), static_cast<std::streamsize>(key_size))) return nullptr;
+  auto program = std::make_shared<Program>();
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("c ", 0) == 0) {
+      program->checks.push_back(line.substr(2));
+    } else if (line.rfind("o ", 0) == 0) {
+      std::istringstream fields(line.substr(2));
+      int dtype = 0;
+      fields >> dtype;
+      TensorType t{static_cast<DType>(dtype), {}};
+      for (int64_t d; fields >> d;) t.shape.push_back(d);
+      program->outputs.push_back(std::move(t));
+    }
+  }
+  auto bytes = disk.load(disk_key);
+  if (!bytes) return nullptr;
+  try {
+    program->executable = client_->deserialize(*bytes);
+  } catch (const pjrt::Error&) {
+    return nullptr;
+  }
+  program->output_bytes = output_bytes(program->outputs);
+  return program;
+}
+
 ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -161,48 +240,68 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
       return it->second;
     }
   }
+  DiskCache disk = DiskCache::from_environment();
+  // Index entry: this process's program key -> the output types, checks and
+  // executable key, so a warm process skips PyTorch's meta kernels and the
+  // lowering too. Keyed by the library build as well: rules change with it.
+  const std::string index_key = "index|" + library_identity() + "|" + plugin_path_ + "|" + key;
+  if (disk.enabled()) {
+    const auto load_start = std::chrono::steady_clock::now();
+    if (auto program = load_indexed(disk, index_key)) {
+      count("disk_index_hits");
+      count("disk_load_us", microseconds_since(load_start));
+      std::lock_guard<std::mutex> lock(mutex_);
+      return programs_.emplace(key, std::move(program)).first->second;
+    }
+  }
   ProgramSpec spec = build();
   const std::string& mlir = spec.mlir;
   auto program = std::make_shared<Program>();
   program->outputs = std::move(spec.outputs);
   program->checks = std::move(spec.checks);
-  for (const auto& t : program->outputs) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= std::max<int64_t>(d, 0);  // -1: an undefined output
-    program->output_bytes += n * static_cast<int64_t>(stablehlo::byte_size(t.dtype));
-  }
+  program->output_bytes = output_bytes(program->outputs);
   program->mlir = mlir;
-  // The on-disk cache is keyed by what was compiled and by which plugin.
-  std::string cache_dir = env("TORCH_TPU_CACHE_DIR");
-  std::filesystem::path file;
-  if (!cache_dir.empty())
-    file = std::filesystem::path(cache_dir) /
-           (hash_hex(plugin_path_ + "|" + client_->plugin()->version() + "|" + mlir) + ".pjrt");
-  if (!file.empty() && std::filesystem::exists(file)) {
-    std::ifstream in(file, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The executable entry is keyed by what was compiled, how, and by which plugin.
+  const std::string disk_key =
+      plugin_path_ + "|" + client_->plugin()->version() + "|" + hash_hex(compile_options_) + "|" + mlir;
+  DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
+  const auto load_start = std::chrono::steady_clock::now();
+  if (auto bytes = disk.load(disk_key, &lookup)) {
     try {
-      program->executable = client_->deserialize(bytes);
+      program->executable = client_->deserialize(*bytes);
       count("disk_cache_hits");
+      count("disk_load_us", microseconds_since(load_start));
     } catch (const pjrt::Error&) {
-      program->executable = nullptr;  // stale or foreign entry: compile afresh below
+      lookup = DiskCache::Lookup::Rejected;  // a valid file the plugin refuses: compile afresh below
     }
   }
+  if (lookup == DiskCache::Lookup::Rejected) count("disk_cache_rejected");
   if (!program->executable) {
+    if (disk.enabled()) count("disk_cache_misses");
+    const auto compile_start = std::chrono::steady_clock::now();
     try {
       program->executable = client_->compile(mlir, compile_options_);
     } catch (const pjrt::Error& e) {
       throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + mlir);
     }
     count("compiles");
-    if (!file.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(file.parent_path(), ec);
-      std::ofstream out(file, std::ios::binary);
-      std::string bytes = program->executable->serialize();
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    count("compile_us", microseconds_since(compile_start));
+    if (disk.enabled() && serializable_.load()) {
+      std::string bytes;
+      try {
+        bytes = program->executable->serialize();
+      } catch (const pjrt::Error& e) {
+        // Warned once; the cache stays in memory for this process.
+        if (serializable_.exchange(false))
+          std::fprintf(stderr,
+                       "torch_tpu: warning: the PJRT plugin cannot serialize executables (%s); "
+                       "compiled programs are cached in memory only.\n",
+                       e.what());
+      }
+      if (!bytes.empty() && disk.store(disk_key, bytes)) count("disk_cache_writes");
     }
   }
+  if (disk.enabled() && serializable_.load()) disk.store(index_key, encode_index(*program, disk_key));
   std::lock_guard<std::mutex> lock(mutex_);
   return programs_.emplace(key, std::move(program)).first->second;
 }

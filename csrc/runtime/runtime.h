@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pjrt/client.h"
+#include "runtime/disk_cache.h"
 #include "stablehlo/builder.h"
 
 namespace torch_tpu::runtime {
@@ -148,6 +149,8 @@ class Runtime {
 
  private:
   Runtime();
+  // A program from the disk cache's index entry (see program()), or null.
+  std::shared_ptr<Program> load_indexed(DiskCache& disk, const std::string& index_key);
   std::unique_ptr<pjrt::Client> client_;
   std::string device_name_, plugin_path_;
   std::string compile_options_;
@@ -157,7 +160,8 @@ class Runtime {
   std::atomic<int64_t> executions_{0}, cache_hits_{0};  // the per-op counters, kept lock-free
   std::atomic<EagerMode> mode_{EagerMode::Strict};
   std::atomic<bool> check_nan_{false};
-  mutable std::mutex memory_mutex_;  // the accounting only: held for a few additions
+  std::atomic<bool> serializable_{true};  // false once the plugin failed to serialize
+  mutable std::mutex memory_mutex_;       // the accounting only: held for a few additions
   std::vector<MemoryStats> memory_;
   std::vector<int64_t> capacity_;
   void check_fits_locked(int device, int64_t nbytes);

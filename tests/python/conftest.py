@@ -1,9 +1,15 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
-import torch
+
+# A fresh persistent compilation cache for the session: counts of compiles stay
+# what each test expects, and a user's ~/.cache/torch_tpu is left alone.
+os.environ["TORCH_TPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="torch_tpu_test_cache_")
+
+import torch  # noqa: E402
 
 
 @pytest.fixture

@@ -1,0 +1,181 @@
+#include "runtime/disk_cache.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+namespace torch_tpu::runtime {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kMagic[8] = {'T', 'T', 'P', 'U', 'C', 'A', 'C', '1'};
+constexpr size_t kHeader = sizeof(kMagic) + 3 * sizeof(uint64_t);  // magic, key check, size, checksum
+constexpr const char* kSuffix = ".pjrt";
+
+// FNV-1a over `s` from `basis`: two bases give two independent 64-bit hashes.
+uint64_t fnv(const std::string& s, uint64_t basis) {
+  uint64_t h = basis;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+uint64_t name_hash(const std::string& s) { return fnv(s, 1469598103934665603ull); }
+uint64_t check_hash(const std::string& s) { return fnv(s, 0x9ae16a3b2f90404full); }
+
+std::string hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+uint64_t get_u64(const std::string& in, size_t at) {
+  uint64_t v = 0;
+  std::memcpy(&v, in.data() + at, sizeof v);
+  return v;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+std::mutex DiskCache::mutex_;
+
+DiskCache::DiskCache(std::string dir, int64_t limit_bytes) : dir_(std::move(dir)), limit_(limit_bytes) {}
+
+DiskCache DiskCache::from_environment() {
+  std::string dir = env("TORCH_TPU_CACHE_DIR");
+  if (dir == "off" || dir == "0") {
+    dir.clear();
+  } else if (dir.empty()) {
+    if (std::string xdg = env("XDG_CACHE_HOME"); !xdg.empty())
+      dir = (fs::path(xdg) / "torch_tpu").string();
+    else if (std::string home = env("HOME"); !home.empty())
+      dir = (fs::path(home) / ".cache" / "torch_tpu").string();
+  }
+  int64_t limit = int64_t{4} << 30;
+  if (std::string s = env("TORCH_TPU_CACHE_LIMIT"); !s.empty()) {
+    try {
+      limit = std::stoll(s);
+    } catch (const std::exception&) {
+      throw std::runtime_error("torch_tpu: TORCH_TPU_CACHE_LIMIT='" + s + "' is not a number of bytes.");
+    }
+  }
+  return DiskCache(dir, limit);
+}
+
+std::string DiskCache::path_for(const std::string& key) const {
+  return (fs::path(dir_) / (hex(name_hash(key)) + kSuffix)).string();
+}
+
+std::optional<std::string> DiskCache::load(const std::string& key, Lookup* result) {
+  auto set = [&](Lookup r) {
+    if (result) *result = r;
+  };
+  set(Lookup::Miss);
+  if (!enabled()) return std::nullopt;
+  const std::string path = path_for(key);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const bool valid = bytes.size() >= kHeader && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0 &&
+                     get_u64(bytes, 8) == check_hash(key) && get_u64(bytes, 16) == bytes.size() - kHeader &&
+                     get_u64(bytes, 24) == name_hash(bytes.substr(kHeader));
+  if (!valid) {  // never trusted: the caller compiles and store() replaces it
+    set(Lookup::Rejected);
+    return std::nullopt;
+  }
+  std::error_code ec;
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // most recently used
+  set(Lookup::Hit);
+  return bytes.substr(kHeader);
+}
+
+bool DiskCache::store(const std::string& key, const std::string& payload) {
+  if (!enabled()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  std::string entry(kMagic, sizeof kMagic);
+  put_u64(entry, check_hash(key));
+  put_u64(entry, payload.size());
+  put_u64(entry, name_hash(payload));
+  entry += payload;
+  static std::atomic<uint64_t> counter{0};
+  const std::string path = path_for(key);
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(entry.data(), static_cast<std::streamsize>(entry.size()));
+    if (!out.flush()) {
+      fs::remove(tmp, ec);
+      return false;
+    }
+  }
+  fs::rename(tmp, path, ec);  // atomic on POSIX: readers see the old entry or the new one
+  if (ec) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  evict();
+  return true;
+}
+
+void DiskCache::evict() {
+  struct Entry {
+    fs::path path;
+    fs::file_time_type used;
+    int64_t bytes;
+  };
+  std::vector<Entry> entries;
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().extension() != kSuffix) continue;
+    int64_t bytes = static_cast<int64_t>(e.file_size(ec));
+    entries.push_back({e.path(), e.last_write_time(ec), bytes});
+    total += bytes;
+  }
+  if (total <= limit_) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  for (const auto& e : entries) {
+    if (total <= limit_) break;
+    if (fs::remove(e.path, ec)) total -= e.bytes;
+  }
+}
+
+DiskCache::Info DiskCache::info() const {
+  Info i{dir_, 0, 0, limit_};
+  std::error_code ec;
+  if (!enabled()) return i;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().extension() != kSuffix) continue;
+    ++i.entries;
+    i.bytes += static_cast<int64_t>(e.file_size(ec));
+  }
+  return i;
+}
+
+int64_t DiskCache::clear() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t removed = 0;
+  std::error_code ec;
+  if (!enabled()) return 0;
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::directory_iterator(dir_, ec))
+    if (e.path().extension() == kSuffix || e.path().string().find(".pjrt.tmp.") != std::string::npos)
+      paths.push_back(e.path());
+  for (const auto& p : paths) removed += fs::remove(p, ec) && p.extension() == kSuffix ? 1 : 0;
+  return removed;
+}
+
+}  // namespace torch_tpu::runtime

@@ -1,0 +1,58 @@
+// The persistent compilation cache: serialized executables on disk, shared by
+// every execution path and every process. Torch-free.
+//
+// An entry is one file, named by a hash of what was compiled (StableHLO text,
+// compile options, plugin and its version), holding a header (magic, a second
+// independent hash of the same key, payload size and checksum) and the
+// plugin's serialized executable. Writes go to a temporary file renamed into
+// place, so a crash never leaves half an entry; an entry whose header does not
+// check out (corrupt, truncated, foreign, a hash collision) is ignored and
+// replaced. The directory is kept under a size limit by evicting the least
+// recently used entries (a hit refreshes an entry's modification time).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace torch_tpu::runtime {
+
+class DiskCache {
+ public:
+  // `dir` empty: disabled.
+  DiskCache(std::string dir, int64_t limit_bytes);
+
+  // The directory from TORCH_TPU_CACHE_DIR ("off" disables it), else
+  // $XDG_CACHE_HOME/torch_tpu or ~/.cache/torch_tpu; the limit from
+  // TORCH_TPU_CACHE_LIMIT (bytes, default 4 GiB).
+  static DiskCache from_environment();
+
+  bool enabled() const { return !dir_.empty(); }
+  const std::string& dir() const { return dir_; }
+  int64_t limit() const { return limit_; }
+
+  enum class Lookup { Hit, Miss, Rejected };
+  // The payload stored for `key`, if a valid entry exists.
+  std::optional<std::string> load(const std::string& key, Lookup* result = nullptr);
+  // Stores `payload` for `key` atomically, then evicts down to the limit.
+  // Returns false (and stores nothing) when the directory cannot be written.
+  bool store(const std::string& key, const std::string& payload);
+
+  struct Info {
+    std::string dir;
+    int64_t entries = 0, bytes = 0, limit = 0;
+  };
+  Info info() const;
+  // Removes every entry; returns how many.
+  int64_t clear();
+
+ private:
+  std::string path_for(const std::string& key) const;
+  void evict();
+  std::string dir_;
+  int64_t limit_;
+  static std::mutex mutex_;  // one writer per process at a time (eviction scans)
+};
+
+}  // namespace torch_tpu::runtime

@@ -1,0 +1,92 @@
+"""The persistent compilation cache (TORCH_TPU_CACHE_DIR): shared across processes,
+atomic writes, corrupt entries recompiled and replaced, a size limit with LRU
+eviction, and `python -m torch_tpu cache {info,clear}`."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch_tpu
+
+PROGRAM = """
+import json, torch, torch_tpu
+x = torch.arange(12.0).reshape(3, 4).to("tpu")
+y = (x * 2 + 1).sum(0).softmax(0)
+m = torch_tpu.metrics()
+print(json.dumps({"y": y.cpu().tolist(), **{k: m.get(k, 0) for k in
+      ("compiles", "disk_cache_hits", "disk_index_hits", "disk_cache_writes", "disk_cache_rejected")}}))
+"""
+
+
+def run(cache_dir, code=PROGRAM, **env):
+    full = {**os.environ, "TORCH_TPU_CACHE_DIR": str(cache_dir), **env}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def run_program(cache_dir, **env):
+    return json.loads(run(cache_dir, **env).stdout.strip().splitlines()[-1])
+
+
+def entries(cache_dir):
+    return sorted(Path(cache_dir).glob("*.pjrt"))
+
+
+def test_second_process_hits_the_disk_cache(tmp_path):
+    cold = run_program(tmp_path)
+    assert cold["compiles"] > 0 and cold["disk_cache_writes"] == cold["compiles"]
+    # An executable per compile, and an index entry per program key (which skips meta and lowering).
+    assert len(entries(tmp_path)) > cold["compiles"]
+    warm = run_program(tmp_path)
+    assert warm["compiles"] == 0
+    assert warm["disk_index_hits"] >= cold["compiles"]
+    assert warm["y"] == cold["y"]
+    assert not list(Path(tmp_path).glob("*.tmp*")), "a temporary file was left behind"
+
+
+def test_corrupt_entries_are_recompiled_and_replaced(tmp_path):
+    cold = run_program(tmp_path)
+    for i, f in enumerate(entries(tmp_path)):  # garbage, truncated, or one payload bit flipped
+        data = f.read_bytes()
+        damaged = [b"not an executable at all", data[: len(data) // 2], data[:-1] + bytes([data[-1] ^ 0xFF])]
+        f.write_bytes(damaged[i % 3])
+    again = run_program(tmp_path)
+    assert again["y"] == cold["y"]
+    assert again["disk_cache_rejected"] > 0 and again["compiles"] == cold["compiles"]
+    third = run_program(tmp_path)  # the replaced entries are valid again
+    assert third["compiles"] == 0 and third["disk_index_hits"] >= cold["compiles"]
+
+
+def test_size_limit_evicts_least_recently_used(tmp_path):
+    cold = run_program(tmp_path)
+    sizes = [f.stat().st_size for f in entries(tmp_path)]
+    limit = sum(sorted(sizes)[-2:])  # room for about two entries
+    for f in entries(tmp_path):
+        f.unlink()
+    run_program(tmp_path, TORCH_TPU_CACHE_LIMIT=str(limit))
+    kept = entries(tmp_path)
+    assert 1 <= len(kept) < cold["compiles"]
+    assert sum(f.stat().st_size for f in kept) <= limit
+
+
+def test_cache_off_writes_nothing(tmp_path):
+    result = run_program("off", HOME=str(tmp_path))
+    assert result["compiles"] > 0 and result["disk_cache_writes"] == 0
+    assert not any(tmp_path.rglob("*.pjrt"))
+
+
+def test_info_clear_and_cli(tmp_path, monkeypatch):
+    cold = run_program(tmp_path)
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    info = torch_tpu.cache_info()
+    assert info["enabled"] and info["dir"] == str(tmp_path)
+    n = len(entries(tmp_path))
+    assert cold["compiles"] > 0 and info["entries"] == n and info["bytes"] > 0
+    cli = run(tmp_path, code="from torch_tpu.__main__ import main; main(['cache', 'info'])")
+    assert str(tmp_path) in cli.stdout and f"entries: {n}" in cli.stdout
+    cleared = run(tmp_path, code="from torch_tpu.__main__ import main; main(['cache', 'clear'])")
+    assert f"removed {n} entries" in cleared.stdout
+    assert torch_tpu.cache_info()["entries"] == 0
