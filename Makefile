@@ -32,7 +32,7 @@ demo: build
 PLUGIN = $$($(PY) -c "import lammps_jax_pjrt_cpu as p; print(p.PLUGIN_PATH)")
 
 test-cpp: build
-	TORCH_TPU_PJRT_PLUGIN=$(PLUGIN) ctest --test-dir $(BUILD) --output-on-failure
+	TORCH_TPU_CACHE_DIR=off TORCH_TPU_PJRT_PLUGIN=$(PLUGIN) ctest --test-dir $(BUILD) --output-on-failure
 
 # A second pass in Debug mode (every op awaited) over the op tests.
 test-debug: build
