@@ -16,6 +16,16 @@ std::vector<Value> arange(LoweringContext& c) {
   return {c.b.cast(v, t)};
 }
 
+// In compiled graphs: arange(end) and arange.start(start, end) step by 1.
+std::vector<Value> arange_from(LoweringContext& c, double start, double step) {
+  DType t = c.out().dtype;
+  DType compute = (t == DType::Float16 || t == DType::BFloat16) ? DType::Float32 : t;
+  TensorType type{compute, c.out().shape};
+  Value v = c.b.binary(stablehlo::Binary::Add, c.b.constant(start, type),
+                       c.b.binary(stablehlo::Binary::Multiply, c.b.iota(type, 0), c.b.constant(step, type)));
+  return {c.b.cast(v, t)};
+}
+
 // eye.out(n, *, out) / eye.m_out(n, m, *, out): ones on the diagonal.
 std::vector<Value> eye(LoweringContext& c) {
   TensorType idx{DType::Int64, c.out().shape};
@@ -26,6 +36,9 @@ std::vector<Value> eye(LoweringContext& c) {
 }  // namespace
 
 LOWERING("aten::arange.start_out", arange);
+LOWERING("graph:aten::arange.start_step", arange);
+LOWERING("graph:aten::arange", [](LoweringContext& c) { return arange_from(c, 0, 1); });
+LOWERING("graph:aten::arange.start", [](LoweringContext& c) { return arange_from(c, c.number(0), 1); });
 LOWERING("aten::eye.out", eye);
 LOWERING("aten::eye.m_out", eye);
 

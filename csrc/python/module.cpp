@@ -15,6 +15,9 @@
 #include "runtime/runtime.h"
 
 namespace py = pybind11;
+namespace torch_tpu::python {
+void bind_graph(py::module& m);  // graph.cpp: torch.compile's graphs
+}
 using torch_tpu::runtime::EagerMode;
 using torch_tpu::runtime::Runtime;
 
@@ -48,6 +51,7 @@ double bare_execute_median_us(const at::Tensor& a, const at::Tensor& b, int iter
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native extension";
+  torch_tpu::python::bind_graph(m);
   m.def("_set_search_paths", &Runtime::set_search_paths);
   m.def("_register_kernels", &torch_tpu::aten::register_general_kernels);
   m.def("_initialized", &Runtime::initialized);
@@ -135,7 +139,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_compile", [](const std::string& mlir) {
     Runtime::get().client().compile(mlir, torch_tpu::pjrt::single_device_compile_options());
   });
-  m.def("registered_lowerings", &torch_tpu::lowering::registered_ops);
+  m.def("registered_lowerings", [] {  // the aten ops; "graph:" forms serve compiled graphs only
+    std::vector<std::string> ops;
+    for (auto& op : torch_tpu::lowering::registered_ops())
+      if (op.rfind("aten::", 0) == 0) ops.push_back(op);
+    return ops;
+  });
   m.def("_bare_execute_median_us", &bare_execute_median_us);
   // The device's default generator as a torch.Generator, one Python object per device.
   m.def("_default_generator", [](int device) {

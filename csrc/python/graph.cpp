@@ -1,0 +1,216 @@
+// torch.compile(backend="tpu"): an FX graph (ATen ops after AOTAutograd and the
+// core decompositions), encoded by torch_tpu/_compile.py as a list of nodes,
+// is lowered through the same rule table as eager into one StableHLO module
+// and one executable. Every value stays on the device between the graph's ops.
+//
+// Encoding (built in Python, read here):
+//   inputs:  [(scalar_type, sizes), ...]            values (-1, i)
+//   nodes:   [(op_name, args, out_types), ...]      node k's outputs are values (k, j)
+//            an arg is a ref ("v", k, j), a list of refs/None, or a constant
+//            (None, bool, int, float, str, list of ints or floats)
+//   outputs: [ref or None, ...]
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "aten/tensor_access.h"
+#include "lowering/registry.h"
+#include "runtime/runtime.h"
+
+namespace py = pybind11;
+
+namespace torch_tpu::python {
+namespace {
+
+using lowering::LoweringArg;
+using runtime::Runtime;
+using stablehlo::TensorType;
+using stablehlo::Value;
+
+struct GraphProgram {
+  runtime::ProgramPtr program;
+  std::vector<int> output_slots;  // per graph output: its program output, or -1 for None
+  std::string name;               // for error messages
+};
+
+TensorType tensor_type(const py::handle& t) {
+  auto pair = t.cast<py::tuple>();
+  auto sizes = pair[1].cast<std::vector<int64_t>>();
+  return {aten::to_dtype(static_cast<at::ScalarType>(pair[0].cast<int>())), sizes};
+}
+
+bool is_ref(const py::handle& h) {
+  if (!py::isinstance<py::tuple>(h)) return false;
+  auto t = h.cast<py::tuple>();
+  return t.size() == 3 && py::isinstance<py::str>(t[0]) && t[0].cast<std::string>() == "v";
+}
+
+struct GraphBuilder {
+  stablehlo::Builder b;
+  std::vector<Value> inputs;
+  std::vector<std::vector<Value>> node_values;
+
+  const Value& ref(const py::handle& h) {
+    auto t = h.cast<py::tuple>();
+    int k = t[1].cast<int>(), j = t[2].cast<int>();
+    const Value& v = k < 0 ? inputs.at(j) : node_values.at(k).at(j);
+    if (v.name.empty()) throw lowering::Declined("a graph value that its op left undefined is used");
+    return v;
+  }
+
+  LoweringArg arg(const py::handle& h) {
+    LoweringArg a;
+    if (h.is_none()) return a;
+    if (is_ref(h)) {
+      a.kind = LoweringArg::Tensor;
+      a.tensor = ref(h);
+    } else if (py::isinstance<py::bool_>(h)) {
+      a.kind = LoweringArg::Bool;
+      a.b = h.cast<bool>();
+    } else if (py::isinstance<py::int_>(h)) {
+      a.kind = LoweringArg::Int;
+      a.i = h.cast<int64_t>();
+    } else if (py::isinstance<py::float_>(h)) {
+      a.kind = LoweringArg::Double;
+      a.d = h.cast<double>();
+    } else if (py::isinstance<py::str>(h)) {
+      a.kind = LoweringArg::String;
+      a.s = h.cast<std::string>();
+    } else if (py::isinstance<py::list>(h)) {
+      auto list = h.cast<py::list>();
+      bool refs = false, floats = false;
+      for (auto x : list) {
+        refs |= is_ref(x) || x.is_none();
+        floats |= py::isinstance<py::float_>(x);
+      }
+      if (refs) {
+        a.kind = LoweringArg::TensorList;
+        for (auto x : list) a.tensors.push_back(x.is_none() ? Value{} : ref(x));
+      } else if (floats) {
+        a.kind = LoweringArg::NumberList;
+        for (auto x : list) a.numbers.push_back(x.cast<double>());
+      } else {
+        a.kind = LoweringArg::IntList;
+        for (auto x : list) a.ints.push_back(py::isinstance<py::bool_>(x) ? x.cast<bool>() : x.cast<int64_t>());
+      }
+    } else {
+      throw std::invalid_argument("torch_tpu.compile: an argument of type " +
+                                  std::string(py::str(h.get_type().attr("__name__"))) + " in the graph");
+    }
+    return a;
+  }
+};
+
+// The rule for a graph node: the op's own rule, or its graph-only form (view
+// ops are metadata in eager, values in a graph).
+const lowering::LoweringRule* rule_for(const std::string& op) {
+  if (const auto* r = lowering::find_rule("graph:" + op)) return r;
+  return lowering::find_rule(op);
+}
+
+std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::list& inputs, const py::list& nodes,
+                                            const py::list& outputs) {
+  auto graph = std::make_shared<GraphProgram>();
+  graph->name = "compiled graph " + key.substr(0, 16);
+  // Which program output each graph output is (outputs that repeat a value,
+  // or are None, need no slot of their own).
+  std::vector<std::pair<int, int>> slot_refs;
+  for (auto out : outputs) {
+    if (out.is_none()) {
+      graph->output_slots.push_back(-1);
+      continue;
+    }
+    auto t = out.cast<py::tuple>();
+    std::pair<int, int> r{t[1].cast<int>(), t[2].cast<int>()};
+    auto it = std::find(slot_refs.begin(), slot_refs.end(), r);
+    graph->output_slots.push_back(static_cast<int>(it - slot_refs.begin()));
+    if (it == slot_refs.end()) slot_refs.push_back(r);
+  }
+  graph->program = Runtime::get().program("graph|" + key, [&] {
+    GraphBuilder g;
+    std::vector<TensorType> input_types;
+    for (auto in : inputs) {
+      input_types.push_back(tensor_type(in));
+      g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
+    }
+    for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
+    std::vector<Value> flags;
+    std::vector<std::string> messages;
+    for (auto node_handle : nodes) {
+      auto node = node_handle.cast<py::tuple>();
+      const std::string op = node[0].cast<std::string>();
+      const auto* rule = rule_for(op);
+      if (!rule) throw lowering::Declined(op + " has no tpu lowering");
+      std::vector<LoweringArg> args;
+      for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
+      std::vector<TensorType> outs;
+      for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
+      lowering::LoweringContext ctx{g.b, args, outs};
+      std::vector<Value> results = (*rule)(ctx);
+      for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {
+        if (results[k].name.empty()) continue;
+        if (results[k].type.numel() != outs[k].numel())
+          throw std::runtime_error("torch_tpu.compile: the lowering of " + op + " produced " + results[k].type.str() +
+                                   " where the graph expects " + outs[k].str());
+        results[k] = g.b.reshape(g.b.cast(results[k], outs[k].dtype), outs[k].shape);
+      }
+      for (auto& check : ctx.checks) {
+        flags.push_back(g.b.reshape(check.ok, {1}));
+        messages.push_back(check.message + " (in " + op + " of a compiled graph)");
+      }
+      g.node_values.push_back(std::move(results));
+    }
+    std::vector<Value> flat;
+    std::vector<TensorType> types;
+    for (const auto& [k, j] : slot_refs) {
+      const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+      flat.push_back(g.b.reshape(v, {v.type.numel()}));
+      types.push_back(v.type);
+    }
+    for (const Value& f : flags) {
+      flat.push_back(f);
+      types.push_back(f.type);
+    }
+    return runtime::ProgramSpec(g.b.module(flat), types, messages);
+  });
+  return graph;
+}
+
+// Runs a compiled graph on tpu tensors; returns its outputs (None where the graph returns None).
+py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inputs) {
+  auto& runtime = Runtime::get();
+  int dev = 0;
+  std::vector<pjrt::BufferPtr> buffers;
+  std::vector<PJRT_Buffer*> raw;
+  for (const auto& t : inputs) {
+    TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "torch_tpu: ", graph.name, " got an input on ",
+                t.device(), "; move it to tpu");
+    dev = aten::device_index(t);
+    buffers.push_back(aten::read_dense(t));
+    raw.push_back(buffers.back()->raw());
+  }
+  std::vector<pjrt::BufferPtr> results = runtime.execute(*graph.program, raw, dev, graph.name.c_str());
+  const size_t n = results.size() - graph.program->checks.size();
+  for (size_t j = 0; j < graph.program->checks.size(); ++j)
+    runtime.defer_check(results[n + j], graph.program->checks[j]);
+  if (runtime.mode() == runtime::EagerMode::Debug) runtime.verify_checks();
+  py::list out;
+  for (int slot : graph.output_slots) {
+    if (slot < 0) {
+      out.append(py::none());
+      continue;
+    }
+    const TensorType& t = graph.program->outputs.at(slot);
+    out.append(aten::wrap_buffer(results.at(slot), t.shape, aten::to_scalar_type(t.dtype), dev));
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_graph(py::module& m) {
+  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram");
+  m.def("_compile_graph", &compile_graph);
+  m.def("_run_graph", &run_graph);
+}
+
+}  // namespace torch_tpu::python

@@ -1,0 +1,155 @@
+"""torch.compile(backend="tpu"): compiled forward and training steps against
+eager tpu and CPU, graph breaks, recompiles on a new shape, and what falls back."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Block(nn.Module):
+    """A pre-LN transformer block with causal attention (dropout 0: compared with CPU)."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+MODELS = {
+    "mlp": (lambda: nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3)), (8, 10)),
+    "cnn": (
+        lambda: nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(8 * 4 * 4, 3),
+        ),
+        (4, 3, 8, 8),
+    ),
+    "transformer": (lambda: nn.Sequential(Block(), nn.Linear(16, 3)), (2, 6, 16)),
+}
+
+
+def loss_fn(out, y):
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_compiled_training_matches_eager_and_cpu(name):
+    make, shape = MODELS[name]
+    torch.manual_seed(0)
+    cpu = make()
+    eager, compiled = copy.deepcopy(cpu).to("tpu"), copy.deepcopy(cpu).to("tpu")
+    # SGD, not Adam: attention's key bias has an exactly zero gradient, where Adam
+    # would turn each device's rounding noise into full-size steps.
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m in (cpu, eager, compiled)]
+    g = torch.Generator().manual_seed(1)
+    compiled_fwd = torch.compile(compiled, backend="tpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train_three(name, shape, g, cpu, eager, compiled, compiled_fwd, opts)
+    assert not [w for w in caught if "runs eagerly" in str(w.message)], "every graph should compile"
+    for a, b in zip(compiled.state_dict().values(), cpu.state_dict().values(), strict=True):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=2e-5)
+
+
+def train_three(name, shape, g, cpu, eager, compiled, compiled_fwd, opts):
+    for _ in range(3):
+        x = torch.randn(*shape, generator=g)
+        y = torch.randint(0, 3, shape[:-1] if name == "transformer" else shape[:1], generator=g)
+        losses = []
+        for _model, fwd, opt, dev in (
+            (cpu, cpu, opts[0], "cpu"),
+            (eager, eager, opts[1], "tpu"),
+            (compiled, compiled_fwd, opts[2], "tpu"),
+        ):
+            opt.zero_grad()
+            loss = loss_fn(fwd(x.to(dev)), y.to(dev))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[2] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
+        assert losses[2] == pytest.approx(losses[1], rel=1e-4, abs=1e-5)
+
+
+def test_forward_is_one_program():
+    torch.manual_seed(0)
+    model = MODELS["mlp"][0]().to("tpu")
+    fwd = torch.compile(model, backend="tpu")
+    x = torch.randn(8, 10).to("tpu")
+    with torch.no_grad():
+        fwd(x)
+        before = torch_tpu.metrics()["executions"]
+        out = fwd(x)
+        assert torch_tpu.metrics()["executions"] - before == 1
+        torch.testing.assert_close(out.cpu(), model.cpu()(x.cpu()), rtol=1e-5, atol=1e-6)
+
+
+def test_graph_break_runs_the_rest_eagerly():
+    def f(x):
+        y = torch.sin(x) * 2
+        print("a graph break")  # noqa: T201
+        return (y + torch.cos(x)).sum()
+
+    x = torch.randn(16)
+    compiled = torch.compile(f, backend="tpu")
+    torch.testing.assert_close(compiled(x.to("tpu")).cpu(), f(x), rtol=1e-5, atol=1e-5)
+
+
+def test_new_shape_recompiles():
+    f = torch.compile(lambda x: (x * x).sum(0), backend="tpu")
+    for n in (4, 7):
+        x = torch.randn(n, 3)
+        before = torch_tpu.metrics().get("compiles", 0)
+        torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * x).sum(0))
+        assert torch_tpu.metrics().get("compiles", 0) > before
+
+
+def test_graph_with_an_op_without_rule_runs_eagerly():
+    f = torch.compile(lambda x: torch.linalg.qr(x)[0].sum() + x.sum(), backend="tpu")
+    x = torch.randn(4, 4)
+    with warnings.catch_warnings(record=True) as caught, torch_tpu.set_fallback("cpu"):
+        warnings.simplefilter("always")
+        out = f(x.to("tpu"))
+    torch.testing.assert_close(out.cpu(), torch.linalg.qr(x)[0].sum() + x.sum(), rtol=1e-4, atol=1e-4)
+    assert any("runs eagerly" in str(w.message) for w in caught)
+
+
+def test_second_process_loads_compiled_graphs_from_disk(tmp_path, run_python):
+    code = """
+import torch, torch_tpu
+f = torch.compile(lambda x: torch.softmax(x @ x.T, 1).sum(0), backend="tpu")
+print(f(torch.arange(12.0).reshape(3, 4).to("tpu")).cpu().tolist(), torch_tpu.metrics().get("compiles", 0))
+"""
+    cold = run_python(code, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    warm = run_python(code, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    assert cold.returncode == 0 and warm.returncode == 0, cold.stderr + warm.stderr
+    cold_values, cold_compiles = cold.stdout.strip().rsplit(" ", 1)
+    warm_values, warm_compiles = warm.stdout.strip().rsplit(" ", 1)
+    assert warm_values == cold_values
+    assert int(cold_compiles) >= 1 and int(warm_compiles) == 0

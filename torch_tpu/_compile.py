@@ -1,0 +1,135 @@
+"""torch.compile(backend="tpu"): Dynamo's graph through AOTAutograd (joint
+forward and backward for training) with the core ATen decompositions; each
+resulting ATen graph is encoded as a node list and lowered in C++
+(csrc/python/graph.cpp) through the same rule table as eager, into one
+executable. A graph with an op that has no rule runs eagerly (in the current
+eager mode) with one warning naming the op."""
+
+import hashlib
+import operator
+import warnings
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from torch_tpu import _C
+
+
+def _op_name(target) -> str:
+    schema = target._schema
+    overload = target._overloadname
+    return schema.name + ("" if overload == "default" else "." + overload)
+
+
+def _types(val):
+    """(scalar type, sizes) of each tensor a node produces; None where it produces none."""
+    if isinstance(val, (list, tuple)):
+        return [_types(v)[0] for v in val]
+    if isinstance(val, torch.Tensor):
+        return [(_scalar_type(val.dtype), [int(s) for s in val.shape])]
+    return [None]
+
+
+def _scalar_type(dtype: torch.dtype) -> int:
+    """c10::ScalarType's number for `dtype` (what the C++ side converts)."""
+    if dtype not in _SCALAR_TYPES:
+        raise _Unsupported(f"dtype {dtype}")
+    return _SCALAR_TYPES[dtype]
+
+
+_SCALAR_TYPES = {
+    torch.uint8: 0,
+    torch.int8: 1,
+    torch.int16: 2,
+    torch.int32: 3,
+    torch.int64: 4,
+    torch.float16: 5,
+    torch.float32: 6,
+    torch.float64: 7,
+    torch.bool: 11,
+    torch.bfloat16: 15,
+}
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _encode(gm: torch.fx.GraphModule):
+    """The graph as (inputs, nodes, outputs) for _C._compile_graph, and its key."""
+    refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
+    inputs, nodes, outputs = [], [], []
+
+    def arg(a):
+        if isinstance(a, torch.fx.Node):
+            r = refs[a]
+            if isinstance(r, list):
+                raise _Unsupported(f"a tuple value used directly ({a})")
+            return r
+        if isinstance(a, (list, tuple)):
+            return [arg(x) for x in a]
+        if isinstance(a, torch.dtype):
+            return _scalar_type(a)
+        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+            return None
+        if a is None or isinstance(a, (bool, int, float, str)):
+            return a
+        raise _Unsupported(f"an argument of type {type(a).__name__}")
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise _Unsupported(f"a non-tensor graph input ({node.name})")
+            refs[node] = ("v", -1, len(inputs))
+            inputs.append(_types(val)[0])
+        elif node.op == "call_function" and node.target is operator.getitem:
+            refs[node] = refs[node.args[0]][node.args[1]]
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            schema = node.target._schema
+            args = []
+            for i, a in enumerate(schema.arguments):
+                if i < len(node.args):
+                    v = node.args[i]
+                elif a.name in node.kwargs:
+                    v = node.kwargs[a.name]
+                elif a.has_default_value():
+                    v = a.default_value
+                else:
+                    v = None
+                args.append(arg(v))
+            out_types = _types(node.meta.get("val"))
+            k = len(nodes)
+            nodes.append((_op_name(node.target), args, out_types))
+            rs = [("v", k, j) for j in range(len(out_types))]
+            multi = isinstance(node.meta.get("val"), (list, tuple))
+            refs[node] = rs if multi else rs[0]
+        elif node.op == "output":
+            for o in node.args[0]:
+                outputs.append(None if o is None else arg(o))
+        else:
+            raise _Unsupported(f"a {node.op} node ({node.target})")
+    key = hashlib.sha256(repr((inputs, nodes, outputs)).encode()).hexdigest()
+    return inputs, nodes, outputs, key
+
+
+def _compiler(gm: torch.fx.GraphModule, example_inputs):
+    try:
+        inputs, nodes, outputs, key = _encode(gm)
+        program = _C._compile_graph(key, inputs, nodes, outputs)
+    except (_Unsupported, NotImplementedError, RuntimeError) as e:
+        warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
+        return make_boxed_func(gm.forward)
+
+    def run(args):
+        result = _C._run_graph(program, list(args))
+        args.clear()
+        return result
+
+    run._boxed_call = True
+    return run
+
+
+tpu_backend = aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler, decompositions=core_aten_decompositions())
