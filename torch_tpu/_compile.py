@@ -61,6 +61,7 @@ def _encode(gm: torch.fx.GraphModule):
     """The graph as (inputs, nodes, outputs) for _C._compile_graph, and its key."""
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
     inputs, nodes, outputs = [], [], []
+    keys = 0  # random keys: a random op's generator, fed fresh per call
 
     def arg(a):
         if isinstance(a, torch.fx.Node):
@@ -91,6 +92,10 @@ def _encode(gm: torch.fx.GraphModule):
             schema = node.target._schema
             args = []
             for i, a in enumerate(schema.arguments):
+                if "Generator" in str(a.type):
+                    args.append(("rng", keys))
+                    keys += 1
+                    continue
                 if i < len(node.args):
                     v = node.args[i]
                 elif a.name in node.kwargs:
@@ -100,6 +105,9 @@ def _encode(gm: torch.fx.GraphModule):
                 else:
                     v = None
                 args.append(arg(v))
+            if node.target is torch.ops.aten.native_dropout.default:  # random, without a generator argument
+                args.append(("rng", keys))
+                keys += 1
             out_types = _types(node.meta.get("val"))
             k = len(nodes)
             nodes.append((_op_name(node.target), args, out_types))
@@ -112,13 +120,13 @@ def _encode(gm: torch.fx.GraphModule):
         else:
             raise _Unsupported(f"a {node.op} node ({node.target})")
     key = hashlib.sha256(repr((inputs, nodes, outputs)).encode()).hexdigest()
-    return inputs, nodes, outputs, key
+    return inputs, nodes, outputs, keys, key
 
 
 def _compiler(gm: torch.fx.GraphModule, example_inputs):
     try:
-        inputs, nodes, outputs, key = _encode(gm)
-        program = _C._compile_graph(key, inputs, nodes, outputs)
+        inputs, nodes, outputs, keys, key = _encode(gm)
+        program = _C._compile_graph(key, inputs, nodes, outputs, keys)
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
         return make_boxed_func(gm.forward)

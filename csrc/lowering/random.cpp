@@ -349,6 +349,25 @@ std::vector<Value> dropout_backward(LoweringContext& c) {
   return {c.b.cast(mul(c.b, masked, c.value_as(2, t)), out)};
 }
 
+// In compiled graphs (csrc/python/graph.cpp passes the key as argument 3):
+// native_dropout(input, p, train) -> (input * mask / (1 - p), mask), the mask
+// a bernoulli(1 - p) draw, as eager's dropout kernel computes it.
+std::vector<Value> graph_native_dropout(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const double p = c.number(1);
+  const bool train = !c.has(2) || c.args[2].b;
+  TensorType mask_type = c.out(1);
+  if (!train || p == 0) return {x, c.b.constant(1, mask_type)};
+  DType compute = random_compute_type(x.dtype());
+  Value bits = random_bits(c.b, key_arg(c, 3), x.shape(), compute == DType::Float64 ? DType::Int64 : DType::Int32);
+  Value u = uniform_from_bits(c.b, bits, significand_digits(compute));
+  Value keep = c.b.compare(Compare::LT, u, c.b.constant(1 - p, u.type));
+  TensorType t{compute, x.shape()};
+  Value masked = c.b.cast(mul(c.b, x, c.b.cast(keep, x.dtype())), compute);
+  Value scale = c.b.constant(p == 1 ? 0.0 : 1.0 / (1.0 - p), t);
+  return {c.b.cast(mul(c.b, masked, scale), x.dtype()), c.b.cast(keep, mask_type.dtype)};
+}
+
 // The largest n whose permutation dtype t holds exactly (PyTorch's check).
 int64_t randperm_limit(DType t) {
   if (stablehlo::is_float(t)) return (int64_t{1} << significand_digits(t)) + 1;
@@ -509,6 +528,7 @@ LOWERING("aten::bernoulli_.Tensor", bernoulli_tensor);
 LOWERING("aten::bernoulli_.float", bernoulli_float);
 LOWERING("aten::bernoulli.p", bernoulli_float);
 LOWERING("aten::native_dropout_backward", dropout_backward);
+LOWERING("graph:aten::native_dropout", graph_native_dropout);
 LOWERING("aten::randperm.generator_out", randperm);
 LOWERING("aten::multinomial", multinomial);
 LOWERING("aten::rrelu_with_noise", rrelu_with_noise);

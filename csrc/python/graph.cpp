@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "aten/generator.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
 #include "runtime/runtime.h"
@@ -29,6 +30,7 @@ using stablehlo::Value;
 struct GraphProgram {
   runtime::ProgramPtr program;
   std::vector<int> output_slots;  // per graph output: its program output, or -1 for None
+  int num_keys = 0;               // random keys the program reads after the inputs, one per random op
   std::string name;               // for error messages
 };
 
@@ -36,6 +38,13 @@ TensorType tensor_type(const py::handle& t) {
   auto pair = t.cast<py::tuple>();
   auto sizes = pair[1].cast<std::vector<int64_t>>();
   return {aten::to_dtype(static_cast<at::ScalarType>(pair[0].cast<int>())), sizes};
+}
+
+// ("rng", i): the i-th random key of the graph (a random op's generator).
+bool is_key(const py::handle& h) {
+  if (!py::isinstance<py::tuple>(h)) return false;
+  auto t = h.cast<py::tuple>();
+  return t.size() == 2 && py::isinstance<py::str>(t[0]) && t[0].cast<std::string>() == "rng";
 }
 
 bool is_ref(const py::handle& h) {
@@ -46,7 +55,7 @@ bool is_ref(const py::handle& h) {
 
 struct GraphBuilder {
   stablehlo::Builder b;
-  std::vector<Value> inputs;
+  std::vector<Value> inputs, keys;
   std::vector<std::vector<Value>> node_values;
 
   const Value& ref(const py::handle& h) {
@@ -63,6 +72,9 @@ struct GraphBuilder {
     if (is_ref(h)) {
       a.kind = LoweringArg::Tensor;
       a.tensor = ref(h);
+    } else if (is_key(h)) {
+      a.kind = LoweringArg::Tensor;
+      a.tensor = keys.at(h.cast<py::tuple>()[1].cast<size_t>());
     } else if (py::isinstance<py::bool_>(h)) {
       a.kind = LoweringArg::Bool;
       a.b = h.cast<bool>();
@@ -108,8 +120,9 @@ const lowering::LoweringRule* rule_for(const std::string& op) {
 }
 
 std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::list& inputs, const py::list& nodes,
-                                            const py::list& outputs) {
+                                            const py::list& outputs, int num_keys) {
   auto graph = std::make_shared<GraphProgram>();
+  graph->num_keys = num_keys;
   graph->name = "compiled graph " + key.substr(0, 16);
   // Which program output each graph output is (outputs that repeat a value,
   // or are None, need no slot of their own).
@@ -132,6 +145,7 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       input_types.push_back(tensor_type(in));
       g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
     }
+    for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
     for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
     std::vector<Value> flags;
     std::vector<std::string> messages;
@@ -186,6 +200,11 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
                 t.device(), "; move it to tpu");
     dev = aten::device_index(t);
     buffers.push_back(aten::read_dense(t));
+    raw.push_back(buffers.back()->raw());
+  }
+  const auto& generator = aten::default_generator(static_cast<c10::DeviceIndex>(dev));
+  for (int k = 0; k < graph.num_keys; ++k) {  // a fresh key per random op and call, as in eager
+    buffers.push_back(aten::upload(aten::next_key_tensor(generator, graph.name), dev));
     raw.push_back(buffers.back()->raw());
   }
   std::vector<pjrt::BufferPtr> results = runtime.execute(*graph.program, raw, dev, graph.name.c_str());

@@ -153,3 +153,21 @@ print(f(torch.arange(12.0).reshape(3, 4).to("tpu")).cpu().tolist(), torch_tpu.me
     warm_values, warm_compiles = warm.stdout.strip().rsplit(" ", 1)
     assert warm_values == cold_values
     assert int(cold_compiles) >= 1 and int(warm_compiles) == 0
+
+
+def test_dropout_in_a_compiled_graph():
+    # The random key is a program input drawn from the tpu generator per call:
+    # no recompile, fresh numbers each call, the same ones after the same seed.
+    g = torch.compile(lambda y: F.dropout(y, 0.3, training=True), backend="tpu")
+    y = torch.ones(200, 100).to("tpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.manual_seed(0)
+        first, second = g(y).cpu(), g(y).cpu()
+        torch.manual_seed(0)
+        again = g(y).cpu()
+    assert not [w for w in caught if "runs eagerly" in str(w.message)]
+    assert torch.equal(first, again) and not torch.equal(first, second)
+    kept = first != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.02  # 20,000 draws: 7 standard errors
+    torch.testing.assert_close(first[kept], torch.full_like(first[kept], 1 / 0.7))
