@@ -21,8 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 CORPUS_PATH = Path(__file__).parent / "data" / "tiny_corpus.txt"
-IMPLEMENTED_MODES = ("strict", "debug")
-LATER_MODES = ("fused", "compile")  # issue 4: Fused eager and torch.compile(backend="tpu")
+IMPLEMENTED_MODES = ("strict", "debug", "compile")
+LATER_MODES = ("fused",)  # issue 5: Fused eager
 
 
 # ---------------------------------------------------------------------------
@@ -225,18 +225,21 @@ def train(
     seed: int,
     progress: bool = True,
     desc: str = "",
+    compile: bool = False,
 ) -> list[float]:
-    """Trains `model` in place on `device`; returns the loss of every step."""
+    """Trains `model` in place on `device`; returns the loss of every step. With `compile`, the
+    forward (and with it the backward) runs through torch.compile(backend="tpu")."""
     from tqdm import tqdm
 
     model.to(device).train()
+    forward = torch.compile(model, backend="tpu") if compile else model
     opt = make_optimizer(model, lr)
     losses: list[float] = []
     pending: list[torch.Tensor] = []  # device losses not read yet: reading syncs, so read every few steps
     bar = tqdm(total=steps, desc=desc, unit="step", disable=not progress, dynamic_ncols=True)
     for x, y in batches(data, steps, batch_size, model.cfg.context, seed):
         x, y = x.to(device), y.to(device)
-        _, loss = model(x, y)
+        _, loss = forward(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -290,8 +293,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--mode",
         default="strict",
-        help="eager mode on tpu: strict (async, default) or debug (every op awaited). "
-        "fused and compile (torch.compile(backend='tpu')) are not implemented yet",
+        help="on tpu: strict (eager, async, default), debug (eager, every op awaited) or compile "
+        "(the model's forward and backward through torch.compile(backend='tpu'), the optimizer eager). "
+        "fused is not implemented yet",
     )
     parser.add_argument("--compare-cpu", action="store_true", help="also train on CPU and plot both curves")
     parser.add_argument(
@@ -306,7 +310,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.mode in LATER_MODES:
         parser.error(
-            f"--mode {args.mode} is not implemented yet (issue 4); implemented: {', '.join(IMPLEMENTED_MODES)}"
+            f"--mode {args.mode} is not implemented yet (issue 5); implemented: {', '.join(IMPLEMENTED_MODES)}"
         )
     if args.mode not in IMPLEMENTED_MODES:
         parser.error(f"--mode must be one of {', '.join(IMPLEMENTED_MODES)} (got {args.mode!r})")
@@ -339,8 +343,19 @@ def main(argv=None) -> None:
 
     curves = {}
     t0 = time.perf_counter()
-    with torch_tpu.set_eager_mode(args.mode):
-        losses = train(model, data, args.device, args.steps, args.batch_size, args.lr, args.seed, not args.no_progress)
+    compile_mode = args.mode == "compile"
+    with torch_tpu.set_eager_mode("strict" if compile_mode else args.mode):
+        losses = train(
+            model,
+            data,
+            args.device,
+            args.steps,
+            args.batch_size,
+            args.lr,
+            args.seed,
+            not args.no_progress,
+            compile=compile_mode,
+        )
     elapsed = time.perf_counter() - t0
     curves[f"{args.device} ({args.mode})" if on_tpu else args.device] = losses
     print(f"{args.device}: {args.steps} steps in {elapsed:.1f} s, loss {losses[0]:.3f} -> {losses[-1]:.3f}")

@@ -171,3 +171,18 @@ def test_dropout_in_a_compiled_graph():
     kept = first != 0
     assert abs(kept.float().mean().item() - 0.7) < 0.02  # 20,000 draws: 7 standard errors
     torch.testing.assert_close(first[kept], torch.full_like(first[kept], 1 / 0.7))
+
+
+def test_demo_gpt_compiled_matches_cpu():
+    from torch_tpu import demo
+
+    tok = demo.CharTokenizer(demo.load_corpus())
+    data = tok.encode(demo.load_corpus())
+    cpu = demo.make_model(tok.vocab_size, seed=0, dropout=0.0)
+    tpu = copy.deepcopy(cpu)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tpu_losses = demo.train(tpu, data, "tpu", steps=4, batch_size=8, lr=3e-3, seed=0, progress=False, compile=True)
+    cpu_losses = demo.train(cpu, data, "cpu", steps=4, batch_size=8, lr=3e-3, seed=0, progress=False)
+    assert not [w for w in caught if "runs eagerly" in str(w.message)]
+    assert tpu_losses == pytest.approx(cpu_losses, rel=1e-4, abs=1e-5)
