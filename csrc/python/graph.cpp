@@ -12,6 +12,10 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
@@ -184,7 +188,14 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       flat.push_back(f);
       types.push_back(f.type);
     }
-    return runtime::ProgramSpec(g.b.module(flat), types, messages);
+    std::string mlir = g.b.module(flat);
+    Runtime::get().count("compiled_graphs");
+    // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
+    if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
+      std::filesystem::create_directories(dir);
+      std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
+    }
+    return runtime::ProgramSpec(std::move(mlir), types, messages);
   });
   return graph;
 }

@@ -186,3 +186,14 @@ def test_demo_gpt_compiled_matches_cpu():
     cpu_losses = demo.train(cpu, data, "cpu", steps=4, batch_size=8, lr=3e-3, seed=0, progress=False)
     assert not [w for w in caught if "runs eagerly" in str(w.message)]
     assert tpu_losses == pytest.approx(cpu_losses, rel=1e-4, abs=1e-5)
+
+
+def test_dump_dir_and_metrics(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", "off")  # compile here, not from disk
+    before = torch_tpu.metrics().get("compiled_graphs", 0)
+    f = torch.compile(lambda x: torch.tanh(x) * 3 + 1, backend="tpu")
+    torch.testing.assert_close(f(torch.ones(5).to("tpu")).cpu(), torch.tanh(torch.ones(5)) * 3 + 1)
+    assert torch_tpu.metrics()["compiled_graphs"] == before + 1
+    (dump,) = tmp_path.glob("graph_*.mlir")
+    assert "stablehlo.tanh" in dump.read_text()
