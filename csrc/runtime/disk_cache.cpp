@@ -126,11 +126,21 @@ bool DiskCache::store(const std::string& key, const std::string& payload) {
     fs::remove(tmp, ec);
     return false;
   }
-  evict();
+  // The directory's size as this process last saw it plus what it wrote
+  // since: scanning the directory on every write would cost O(entries) each.
+  static std::string known_dir;
+  static int64_t known_bytes = -1;
+  if (known_dir != dir_ || known_bytes < 0) {
+    known_dir = dir_;
+    known_bytes = info().bytes;
+  } else {
+    known_bytes += static_cast<int64_t>(entry.size());
+  }
+  if (known_bytes > limit_) known_bytes = evict();
   return true;
 }
 
-void DiskCache::evict() {
+int64_t DiskCache::evict() {
   struct Entry {
     fs::path path;
     fs::file_time_type used;
@@ -145,12 +155,13 @@ void DiskCache::evict() {
     entries.push_back({e.path(), e.last_write_time(ec), bytes});
     total += bytes;
   }
-  if (total <= limit_) return;
+  if (total <= limit_) return total;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const auto& e : entries) {
     if (total <= limit_) break;
     if (fs::remove(e.path, ec)) total -= e.bytes;
   }
+  return total;
 }
 
 DiskCache::Info DiskCache::info() const {

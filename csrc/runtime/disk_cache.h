@@ -8,7 +8,8 @@
 // place, so a crash never leaves half an entry; an entry whose header does not
 // check out (corrupt, truncated, foreign, a hash collision) is ignored and
 // replaced. The directory is kept under a size limit by evicting the least
-// recently used entries (a hit refreshes an entry's modification time).
+// recently used entries (a hit refreshes an entry's modification time); the
+// directory is scanned when this process's running total passes the limit.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,7 @@ class DiskCache {
 
  private:
   std::string path_for(const std::string& key) const;
-  void evict();
+  int64_t evict();  // down to the limit; returns the bytes left
   std::string dir_;
   int64_t limit_;
   static std::mutex mutex_;  // one writer per process at a time (eviction scans)

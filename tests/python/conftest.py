@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -8,6 +10,7 @@ import pytest
 # A fresh persistent compilation cache for the session: counts of compiles stay
 # what each test expects, and a user's ~/.cache/torch_tpu is left alone.
 os.environ["TORCH_TPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="torch_tpu_test_cache_")
+atexit.register(shutil.rmtree, os.environ["TORCH_TPU_CACHE_DIR"], ignore_errors=True)
 
 import torch  # noqa: E402
 
