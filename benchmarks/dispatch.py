@@ -1,6 +1,7 @@
 """Per-op dispatch cost of eager mode: a tiny add, median microseconds.
 
-Rows: torch_tpu eager (Strict and Debug), the bare PJRT execute of the same
+Rows: torch_tpu eager (Strict, Debug, and Fused, where an op is only
+recorded into the window: its recording cost), the bare PJRT execute of the same
 executable (the floor our dispatch adds to), and CPU PyTorch eager. Ratios
 are against the bare execute, measured in the same process.
 
@@ -43,10 +44,13 @@ def main() -> None:
     torch.tpu.synchronize()
     with torch_tpu.set_eager_mode("debug"):
         debug = median_us(lambda: torch.add(a, b), args.iters)
+    with torch_tpu.set_eager_mode("fused"):
+        fused = median_us(lambda: torch.add(a, b), args.iters)
     bare = torch_tpu._C._bare_execute_median_us(a, b, args.iters)
     cpu = median_us(lambda: torch.add(a_cpu, b_cpu), args.iters)
     rows.append(("tpu eager add, Strict (async launch)", strict))
     rows.append(("tpu eager add, Debug (awaited)", debug))
+    rows.append(("tpu eager add, Fused (recorded)", fused))
     rows.append(("bare PJRT execute, same executable", bare))
     rows.append(("CPU PyTorch eager add", cpu))
 

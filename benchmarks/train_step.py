@@ -3,8 +3,7 @@
 One step = forward, cross-entropy, backward, clip_grad_norm_, AdamW step,
 then a synchronize (so the time is the device's, not the launch's). Columns
 are execution paths measured in the same run; the ratio is to CPU PyTorch
-eager. Paths not implemented yet (Fused eager, torch.compile(backend="tpu"),
-torch.compile inductor on CPU) are listed in PATHS and print when available.
+eager.
 
     python benchmarks/train_step.py [--steps N] [--warmup N] [--sizes demo,wide] [--threads N]
 """
@@ -60,13 +59,14 @@ def compiled(backend):
     return prepare
 
 
-# Columns, in order. Fused eager joins when it lands: Path("tpu Fused", "tpu", tpu_mode("fused")).
+# Columns, in order.
 # The compiled paths compile the model's forward and backward; the optimizer step stays eager.
 BASELINE = Path("CPU eager", "cpu", eager)
 PATHS = [
     BASELINE,
     Path("CPU inductor", "cpu", compiled("inductor")),
     Path("tpu Strict", "tpu", tpu_mode("strict")),
+    Path("tpu Fused", "tpu", tpu_mode("fused")),
     Path("tpu compile", "tpu", compiled("tpu")),
 ]
 

@@ -14,7 +14,9 @@ def _autoload() -> None:
     """
 
 
+import atexit  # noqa: E402
 import contextlib  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 
 import torch  # noqa: E402
@@ -39,6 +41,7 @@ torch.set_autocast_dtype("tpu", torch.bfloat16)
 from torch_tpu import _printing  # noqa: E402, F401  (installs tpu tensor printing)
 
 __all__ = [
+    "mark_step",
     "metrics",
     "reset_metrics",
     "set_eager_mode",
@@ -50,8 +53,65 @@ __all__ = [
 
 
 def metrics() -> dict:
-    """Counters of the runtime: compiles, cache_hits, executions, transfers."""
-    return dict(_C.metrics())
+    """Counters of the runtime: compiles, cache_hits, executions, transfers.
+
+    Fused mode adds fused_flushes, fused_flush_<reason> per kind of flush,
+    fused_ops (recorded), fused_ops_max and fused_ops_per_flush_mean,
+    fused_window_compiles and fused_window_hits (windows compiled or found in
+    the cache) and fused_recompiles (a compile for an op sequence already
+    compiled with another wiring: a steady loop has none).
+    """
+    m = dict(_C.metrics())
+    if m.get("fused_flushes"):
+        m["fused_ops_per_flush_mean"] = m["fused_ops"] / m["fused_flushes"]
+    return m
+
+
+def mark_step() -> None:
+    """Runs what Fused mode has recorded so far as one program (a no-op in other modes).
+
+    Fused mode also flushes by itself at host reads, synchronize, after every
+    optimizer step on tpu, at a window limit (TORCH_TPU_FUSED_WINDOW ops) and at exit.
+    """
+    if _C._initialized():
+        _C._flush("mark_step")
+
+
+def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:
+    # A training step ends here: flushing aligns fused windows with steps, so
+    # a steady loop runs the same windows (and compiles nothing) every step.
+    if not _C._initialized() or _C.get_eager_mode() != "fused":
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.device.type == "tpu":
+                _C._flush("optimizer_step")
+                return
+
+
+_optimizer_hook = None
+
+
+def _hook_optimizer_steps() -> None:
+    """Registered once Fused mode is first chosen (torch.optim is not imported before)."""
+    global _optimizer_hook
+    if _optimizer_hook is None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _optimizer_hook = register_optimizer_step_post_hook(_flush_after_optimizer_step)
+
+
+if os.environ.get("TORCH_TPU_EAGER_MODE") == "fused":
+    _hook_optimizer_steps()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    if _C._initialized() and _C.get_eager_mode() == "fused":
+        try:
+            _C._flush("exit")
+        except Exception as e:  # the process is ending: report, do not raise
+            print(f"torch_tpu: the last fused window failed at exit: {e}", file=sys.stderr)
 
 
 def reset_metrics() -> None:
@@ -74,8 +134,10 @@ class _EagerModeContext(contextlib.AbstractContextManager):
 
 
 def set_eager_mode(mode: str, check_nan: bool | None = None) -> _EagerModeContext:
-    """Selects "strict" (async, the default) or "debug" (every op awaited, errors
-    raised at the op with its name, shapes and dtypes).
+    """Selects the eager mode: "strict" (one program per op, async; the default),
+    "debug" (every op awaited, errors raised at the op with its name, shapes and
+    dtypes) or "fused" (ops recorded and run as one program at the next host
+    read, synchronize, optimizer step or mark_step). Switching flushes first.
 
     check_nan=True makes debug mode also raise when an op produces NaN or Inf
     (default: TORCH_TPU_DEBUG_CHECK_NAN=1). Also a context manager:
@@ -83,6 +145,8 @@ def set_eager_mode(mode: str, check_nan: bool | None = None) -> _EagerModeContex
     """
     previous, previous_check_nan = _C.get_eager_mode(), _C.get_check_nan()
     _C.set_eager_mode(mode)
+    if mode == "fused":
+        _hook_optimizer_steps()
     if check_nan is not None:
         _C.set_check_nan(check_nan)
     return _EagerModeContext(previous, previous_check_nan)

@@ -46,6 +46,7 @@ void fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* stac
   auto& runtime = runtime::Runtime::get();
   runtime.count("fallbacks");
   runtime.count("fallback::" + name);
+  runtime.flush("fallback");  // an op Fused mode cannot record: what it reads is computed first
   generators_to_cpu(stack, op.schema().arguments().size());
   at::native::cpu_fallback(op, stack);
 }

@@ -35,8 +35,9 @@ int64_t nonzero_count(const at::Tensor& t) {
     Value out = b.reshape(n, {1});
     return std::make_pair(b.module({out}), std::vector<TensorType>{out.type});
   });
-  auto out = Runtime::get().execute(*program, {read_dense(t)->raw()}, device_index(t), "aten::nonzero (count)");
+  auto out = Runtime::get().execute(program, {read_dense(t)}, device_index(t), "aten::nonzero (count)");
   int64_t count = 0;
+  Runtime::get().flush("data_dependent");
   Runtime::get().download(*out[0], &count, sizeof count);
   return count;
 }
@@ -77,7 +78,7 @@ at::Tensor nonzero(const at::Tensor& self) {
     Value out = b.reshape(b.concatenate(coords, 1), {count * rank});
     return std::make_pair(b.module({out}), std::vector<TensorType>{{DType::Int64, {count, rank}}});
   });
-  auto out = Runtime::get().execute(*program, {read_dense(self)->raw()}, device_index(self), "aten::nonzero");
+  auto out = Runtime::get().execute(program, {read_dense(self)}, device_index(self), "aten::nonzero");
   return wrap_buffer(out[0], {count, rank}, at::kLong, device_index(self));
 }
 
@@ -99,7 +100,7 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
     Value out = b.gather_1d(v, nonzero_positions(b, m, count));
     return std::make_pair(b.module({out}), std::vector<TensorType>{out.type});
   });
-  auto out = Runtime::get().execute(*program, {read_dense(values)->raw(), read_dense(where)->raw()}, device_index(self),
+  auto out = Runtime::get().execute(program, {read_dense(values), read_dense(where)}, device_index(self),
                                     "aten::masked_select");
   return wrap_buffer(out[0], {count}, self.scalar_type(), device_index(self));
 }
@@ -172,8 +173,9 @@ Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op) {
     return std::make_pair(b.module({b.reshape(x, {m * k}), order, group, count}),
                           std::vector<TensorType>{flat, index_type, index_type, {DType::Int64, {1}}});
   });
-  auto out = Runtime::get().execute(*program, {read_dense(rows)->raw()}, device_index(rows), op.group);
+  auto out = Runtime::get().execute(program, {read_dense(rows)}, device_index(rows), op.group);
   Grouped g{out[0], out[1], out[2], 0};
+  Runtime::get().flush("data_dependent");
   Runtime::get().download(*out[3], &g.count, sizeof g.count);
   return g;
 }
@@ -219,7 +221,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Te
     return std::make_pair(b.module({values, inverse, counts}),
                           std::vector<TensorType>{values.type, inverse.type, counts.type});
   });
-  auto out = Runtime::get().execute(*program, {g.rows->raw(), g.order->raw(), g.group->raw()}, dev, op.gather);
+  auto out = Runtime::get().execute(program, {g.rows, g.order, g.group}, dev, op.gather);
   return {wrap_buffer(out[0], {count * k}, rows.scalar_type(), dev), wrap_buffer(out[1], {m}, at::kLong, dev),
           wrap_buffer(out[2], {count}, at::kLong, dev), count};
 }

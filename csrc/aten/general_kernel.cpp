@@ -33,7 +33,7 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 // that changes every step does not compile a program per step. A rule that
 // needs the value at compile time (NeedsStaticScalar) pins it to Static.
 enum class ScalarUse : uint8_t { None, Tracking, Dynamic, Static };
-constexpr size_t kDynamicAfter = 3;
+constexpr size_t kDynamicAfter = 2;
 
 // How an op maps onto a rule, resolved once per op.
 struct OpPlan {
@@ -630,16 +630,14 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   std::vector<pjrt::BufferPtr> buffers;
-  std::vector<PJRT_Buffer*> raw;
+  buffers.reserve(inputs.size());
   const int dev = device->index() < 0 ? 0 : device->index();
-  for (const auto& in : inputs) {
+  for (const auto& in : inputs)
     buffers.push_back(in.on_host ? upload(in.tensor.contiguous(), dev) : read_dense(in.tensor));
-    raw.push_back(buffers.back()->raw());
-  }
   auto& runtime = Runtime::get();
   std::vector<pjrt::BufferPtr> results;
   try {
-    results = runtime.execute(*program, raw, dev, plan.name.c_str());
+    results = runtime.execute(program, buffers, dev, plan.name.c_str());
   } catch (const runtime::OutOfMemory& e) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  op: ", plan.name, " with inputs ",
                      describe_inputs(inputs));
@@ -712,7 +710,7 @@ void check_finite(const std::string& op, const std::vector<Input>& inputs, const
       return std::make_pair(b.module({all}), std::vector<TensorType>{all.type});
     });
     bool finite = false;
-    auto out = Runtime::get().execute(*program, {results[k]->raw()}, dev, "NaN check");
+    auto out = Runtime::get().execute(program, {results[k]}, dev, "NaN check");
     Runtime::get().download(*out[0], &finite, 1);
     TORCH_CHECK(finite, "torch_tpu: ", op, " produced NaN or Inf in output ", k, " (", types[k].str(), ") from inputs ",
                 describe_inputs(inputs), ". (TORCH_TPU_DEBUG_CHECK_NAN=1 in debug mode)");

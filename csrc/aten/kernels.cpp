@@ -86,7 +86,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
       return std::make_pair(b.module({out}), std::vector<stablehlo::TensorType>{out.type});
     });
     auto value = read_dense(src);
-    write_dense(dst, Runtime::get().execute(*program, {value->raw()}, device_index(dst), "copy_")[0]);
+    write_dense(dst, Runtime::get().execute(program, {value}, device_index(dst), "copy_")[0]);
     return dst;
   }
   if (dst.device().type() == kTpu) {  // host (or another tpu) -> tpu

@@ -56,7 +56,7 @@ void retype(const at::Tensor& t, DeviceStorage& s, DType dtype) {
     }
     return std::make_pair(b.module({out}), std::vector<TensorType>{{dtype, {to_numel}}});
   });
-  s.value = Runtime::get().execute(*program, {s.value->raw()}, s.device, "storage reinterpretation")[0];
+  s.value = Runtime::get().execute(program, {s.value}, s.device, "storage reinterpretation")[0];
   s.dtype = dtype;
 }
 
@@ -150,7 +150,7 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
     auto out = lowering::strided_read(b, storage, sizes, strides, offset);
     return std::make_pair(b.module({out}), std::vector<TensorType>{{d, {numel}}});
   });
-  return Runtime::get().execute(*program, {s.value->raw()}, s.device, "view read")[0];
+  return Runtime::get().execute(program, {s.value}, s.device, "view read")[0];
 }
 
 void write_dense(const at::Tensor& t, pjrt::BufferPtr value) {
@@ -173,7 +173,7 @@ void write_dense(const at::Tensor& t, pjrt::BufferPtr value) {
     auto out = lowering::strided_write(b, storage, update, sizes, strides, offset);
     return std::make_pair(b.module({out}), std::vector<TensorType>{{d, {storage_numel}}});
   });
-  s.value = Runtime::get().execute(*program, {s.value->raw(), value->raw()}, s.device, "view write")[0];
+  s.value = Runtime::get().execute(program, {s.value, value}, s.device, "view write")[0];
 }
 
 at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarType dtype, int device) {
@@ -198,7 +198,9 @@ at::Tensor download(const at::Tensor& t) {
   try {
     Runtime::get().download(*buffer, out.data_ptr(), out.nbytes());
   } catch (const runtime::DeviceCheckFailed& e) {
-    TORCH_CHECK_INDEX(false, e.what(), " (reported at this host read: ops run asynchronously in Strict mode)");
+    TORCH_CHECK_INDEX(false, e.what(),
+                      " (reported at this host read: ops run asynchronously in Strict and Fused modes; "
+                      "TORCH_TPU_EAGER_MODE=debug raises at the op)");
   }
   return out;
 }

@@ -118,8 +118,9 @@ bool Event::ready() const {
 // ---------------------------------------------------------------- Buffer
 
 Buffer::~Buffer() {
+  if (is_placeholder()) return;
   auto a = args<PJRT_Buffer_Destroy_Args>();
-  a.buffer = buffer_;
+  a.buffer = raw();
   if (PJRT_Error* e = plugin_->api()->PJRT_Buffer_Destroy(&a)) {
     try {
       plugin_->check(e, "PJRT_Buffer_Destroy");
@@ -128,16 +129,21 @@ Buffer::~Buffer() {
   }
 }
 
+void Buffer::fill_from(Buffer& source) {
+  if (!is_placeholder()) throw std::logic_error("pjrt::Buffer::fill_from: the buffer already has a handle");
+  buffer_.store(source.buffer_.exchange(nullptr), std::memory_order_release);
+}
+
 size_t Buffer::on_device_size() const {
   auto a = args<PJRT_Buffer_OnDeviceSizeInBytes_Args>();
-  a.buffer = buffer_;
+  a.buffer = raw();
   plugin_->check(plugin_->api()->PJRT_Buffer_OnDeviceSizeInBytes(&a), "PJRT_Buffer_OnDeviceSizeInBytes");
   return a.on_device_size_in_bytes;
 }
 
 void Buffer::to_host(void* dst, size_t nbytes) const {
   auto a = args<PJRT_Buffer_ToHostBuffer_Args>();
-  a.src = buffer_;
+  a.src = raw();
   a.dst = dst;
   a.dst_size = nbytes;
   plugin_->check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&a), "PJRT_Buffer_ToHostBuffer");
@@ -146,7 +152,7 @@ void Buffer::to_host(void* dst, size_t nbytes) const {
 
 void Buffer::await_ready() const {
   auto a = args<PJRT_Buffer_ReadyEvent_Args>();
-  a.buffer = buffer_;
+  a.buffer = raw();
   plugin_->check(plugin_->api()->PJRT_Buffer_ReadyEvent(&a), "PJRT_Buffer_ReadyEvent");
   Event(plugin_, a.event).await();
 }

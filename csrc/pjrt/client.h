@@ -2,6 +2,7 @@
 // Knows nothing of torch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -63,14 +64,23 @@ class Event {
 
 // A device buffer. Buffers are values: nothing writes into one after it is
 // created, which is what lets tensors share them freely.
+// A placeholder stands for a value a later execution produces (Fused eager
+// records programs instead of running them): it has no handle until fill(),
+// and every holder of the shared Buffer sees the handle once it is filled.
 class Buffer {
  public:
   Buffer(std::shared_ptr<Plugin> plugin, PJRT_Buffer* buffer) : plugin_(std::move(plugin)), buffer_(buffer) {}
+  // A placeholder; `tag` is its owner's (which value of which window).
+  Buffer(std::shared_ptr<Plugin> plugin, uint64_t tag) : plugin_(std::move(plugin)), buffer_(nullptr), tag_(tag) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  PJRT_Buffer* raw() const { return buffer_; }
+  PJRT_Buffer* raw() const { return buffer_.load(std::memory_order_acquire); }
+  bool is_placeholder() const { return raw() == nullptr; }
+  uint64_t tag() const { return tag_; }
+  // Gives a placeholder the handle of `source`, which is left without one.
+  void fill_from(Buffer& source);
   size_t on_device_size() const;
   // Copies the whole buffer into `dst` (row-major) and waits for the copy.
   void to_host(void* dst, size_t nbytes) const;
@@ -79,7 +89,8 @@ class Buffer {
 
  private:
   std::shared_ptr<Plugin> plugin_;
-  PJRT_Buffer* buffer_;
+  std::atomic<PJRT_Buffer*> buffer_;
+  uint64_t tag_ = 0;
 };
 
 using BufferPtr = std::shared_ptr<Buffer>;

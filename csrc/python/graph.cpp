@@ -205,20 +205,18 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
   auto& runtime = Runtime::get();
   int dev = 0;
   std::vector<pjrt::BufferPtr> buffers;
-  std::vector<PJRT_Buffer*> raw;
   for (const auto& t : inputs) {
     TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "torch_tpu: ", graph.name, " got an input on ",
                 t.device(), "; move it to tpu");
     dev = aten::device_index(t);
     buffers.push_back(aten::read_dense(t));
-    raw.push_back(buffers.back()->raw());
   }
   const auto& generator = aten::default_generator(static_cast<c10::DeviceIndex>(dev));
   for (int k = 0; k < graph.num_keys; ++k) {  // a fresh key per random op and call, as in eager
     buffers.push_back(aten::upload(aten::next_key_tensor(generator, graph.name), dev));
-    raw.push_back(buffers.back()->raw());
   }
-  std::vector<pjrt::BufferPtr> results = runtime.execute(*graph.program, raw, dev, graph.name.c_str());
+  // A whole graph runs as it is; in Fused mode the window it reads from runs first.
+  std::vector<pjrt::BufferPtr> results = runtime.execute_now(*graph.program, buffers, dev, graph.name.c_str());
   const size_t n = results.size() - graph.program->checks.size();
   for (size_t j = 0; j < graph.program->checks.size(); ++j)
     runtime.defer_check(results[n + j], graph.program->checks[j]);

@@ -35,11 +35,13 @@ double bare_execute_median_us(const at::Tensor& a, const at::Tensor& b, int iter
     return std::make_pair(builder.module({out}), std::vector<shlo::TensorType>{out.type});
   });
   auto ba = torch_tpu::aten::read_dense(a), bb = torch_tpu::aten::read_dense(b);
+  Runtime::get().resolve(*ba);
+  Runtime::get().resolve(*bb);
   PJRT_Device* device = Runtime::get().device(torch_tpu::aten::device_index(a));
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    auto outs = program->executable->execute({ba->raw(), bb->raw()}, device);
+    auto outs = Runtime::get().executable(*program).execute({ba->raw(), bb->raw()}, device);
     outs.clear();
     times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -123,8 +125,10 @@ PYBIND11_MODULE(_C, m) {
       Runtime::get().set_mode(EagerMode::Strict);
     else if (mode == "debug")
       Runtime::get().set_mode(EagerMode::Debug);
+    else if (mode == "fused")
+      Runtime::get().set_mode(EagerMode::Fused);
     else
-      throw py::value_error("torch_tpu.set_eager_mode: '" + mode + "' is not one of: strict, debug");
+      throw py::value_error("torch_tpu.set_eager_mode: '" + mode + "' is not one of: strict, debug, fused");
   });
   m.def("set_fallback", [](const std::string& mode) {
     if (mode != "cpu" && mode != "error")
@@ -134,7 +138,33 @@ PYBIND11_MODULE(_C, m) {
   m.def("get_fallback", [] { return torch_tpu::aten::fallback_raises_errors() ? "error" : "cpu"; });
   m.def("set_check_nan", [](bool on) { Runtime::get().set_check_nan(on); });
   m.def("get_check_nan", [] { return Runtime::get().check_nan(); });
-  m.def("get_eager_mode", [] { return Runtime::get().mode() == EagerMode::Debug ? "debug" : "strict"; });
+  m.def("get_eager_mode", [] {
+    switch (Runtime::get().mode()) {
+      case EagerMode::Debug: return "debug";
+      case EagerMode::Fused: return "fused";
+      default: return "strict";
+    }
+  });
+  // Runs Fused mode's window now (mark_step, the optimizer-step hook, exit).
+  m.def("_flush", [](const std::string& reason) {
+    py::gil_scoped_release release;
+    Runtime::get().flush(reason.c_str());
+  });
+  // TORCH_TPU_FUSED_DEBUG=1: each recorded op keeps the Python frames that called it.
+  Runtime::set_stack_provider([] {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list frames = py::module::import("traceback").attr("format_stack")();
+      std::string out;
+      for (const auto& f : frames) {
+        std::string line = py::str(f);
+        if (line.find("/torch/") == std::string::npos) out += line;  // the user's frames, not torch's
+      }
+      return out;
+    } catch (const py::error_already_set&) {
+      return std::string();
+    }
+  });
   // Compiles MLIR text as-is: lets tests reach the plugin's own error messages.
   m.def("_compile", [](const std::string& mlir) {
     Runtime::get().client().compile(mlir, torch_tpu::pjrt::single_device_compile_options());

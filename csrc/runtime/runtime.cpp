@@ -11,6 +11,8 @@
 #include <limits>
 #include <sstream>
 
+#include "runtime/fused_window.h"
+
 namespace torch_tpu::runtime {
 namespace {
 
@@ -56,16 +58,18 @@ int64_t output_bytes(const std::vector<TensorType>& outputs) {
   return bytes;
 }
 
-// An index entry: the executable's disk key, then the output types and check
-// messages, one per line ("o <dtype> <dims...>", "c <message>").
-std::string encode_index(const Program& program, const std::string& disk_key) {
-  std::string out = std::to_string(disk_key.size()) + "\n" + disk_key;
+// An index entry: the executable's disk key, the output types and check
+// messages, one per line ("o <dtype> <dims...>", "c <message>"), then the
+// MLIR ("m <size>" and the text: fused windows call the program's function).
+std::string encode_index(const Program& program) {
+  std::string out = std::to_string(program.disk_key.size()) + "\n" + program.disk_key;
   for (const auto& t : program.outputs) {
     out += "o " + std::to_string(static_cast<int>(t.dtype));
     for (int64_t d : t.shape) out += " " + std::to_string(d);
     out += "\n";
   }
   for (const auto& c : program.checks) out += "c " + c + "\n";
+  out += "m " + std::to_string(program.mlir.size()) + "\n" + program.mlir;
   return out;
 }
 
@@ -182,13 +186,16 @@ Runtime::Runtime() {
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")
       mode_ = EagerMode::Debug;
+    else if (m == "fused")
+      mode_ = EagerMode::Fused;
     else if (m != "strict")
-      throw std::runtime_error("torch_tpu: TORCH_TPU_EAGER_MODE='" + m + "' is not one of: strict, debug.");
+      throw std::runtime_error("torch_tpu: TORCH_TPU_EAGER_MODE='" + m + "' is not one of: strict, debug, fused.");
   }
   memory_.resize(device_count());
   capacity_.resize(device_count());
   for (size_t d = 0; d < device_count(); ++d) capacity_[d] = find_capacity(*client_, d);
   pending_.resize(device_count());
+  window_ = std::make_unique<FusedWindow>(*this);
 }
 
 PJRT_Device* Runtime::device(int index) const {
@@ -205,9 +212,9 @@ std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::strin
   size_t key_size = 0;
   in >> key_size;
   in.get();
-  std::string disk_key(key_size, '\0');
-  if (!in.read(disk_key.data(), static_cast<std::streamsize>(key_size))) return nullptr;
   auto program = std::make_shared<Program>();
+  program->disk_key.resize(key_size);
+  if (!in.read(program->disk_key.data(), static_cast<std::streamsize>(key_size))) return nullptr;
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("c ", 0) == 0) {
       program->checks.push_back(line.substr(2));
@@ -218,20 +225,18 @@ std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::strin
       TensorType t{static_cast<DType>(dtype), {}};
       for (int64_t d; fields >> d;) t.shape.push_back(d);
       program->outputs.push_back(std::move(t));
+    } else if (line.rfind("m ", 0) == 0) {
+      program->mlir.resize(std::stoull(line.substr(2)));
+      if (!in.read(program->mlir.data(), static_cast<std::streamsize>(program->mlir.size()))) return nullptr;
+      break;
     }
   }
-  auto bytes = disk.load(disk_key);
-  if (!bytes) return nullptr;
-  try {
-    program->executable = client_->deserialize(*bytes);
-  } catch (const pjrt::Error&) {
-    return nullptr;
-  }
+  if (program->mlir.empty()) return nullptr;  // an entry of an older format
   program->output_bytes = output_bytes(program->outputs);
   return program;
 }
 
-ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build) {
+ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = programs_.find(key);
@@ -241,76 +246,101 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     }
   }
   DiskCache disk = DiskCache::from_environment();
-  // Index entry: this process's program key -> the output types, checks and
-  // executable key, so a warm process skips PyTorch's meta kernels and the
-  // lowering too. Keyed by the library build as well: rules change with it.
+  // Index entry: this process's program key -> the output types, checks,
+  // MLIR and executable key, so a warm process skips PyTorch's meta kernels
+  // and the lowering too. Keyed by the library build as well: rules change with it.
   const std::string index_key = "index|" + library_identity() + "|" + plugin_path_ + "|" + key;
-  if (disk.enabled()) {
+  std::shared_ptr<Program> program;
+  if (indexed && disk.enabled()) {
     const auto load_start = std::chrono::steady_clock::now();
-    if (auto program = load_indexed(disk, index_key)) {
+    if ((program = load_indexed(disk, index_key))) {
       count("disk_index_hits");
       count("disk_load_us", microseconds_since(load_start));
-      std::lock_guard<std::mutex> lock(mutex_);
-      return programs_.emplace(key, std::move(program)).first->second;
     }
   }
-  ProgramSpec spec = build();
-  const std::string& mlir = spec.mlir;
-  auto program = std::make_shared<Program>();
-  program->outputs = std::move(spec.outputs);
-  program->checks = std::move(spec.checks);
-  program->output_bytes = output_bytes(program->outputs);
-  program->mlir = mlir;
-  // The executable entry is keyed by what was compiled, how, and by which plugin.
-  const std::string disk_key =
-      plugin_path_ + "|" + client_->plugin()->version() + "|" + hash_hex(compile_options_) + "|" + mlir;
+  const bool built = !program;
+  if (built) {
+    ProgramSpec spec = build();
+    program = std::make_shared<Program>();
+    program->outputs = std::move(spec.outputs);
+    program->checks = std::move(spec.checks);
+    program->output_bytes = output_bytes(program->outputs);
+    program->mlir = std::move(spec.mlir);
+    // The executable entry is keyed by what was compiled, how, and by which plugin.
+    program->disk_key =
+        plugin_path_ + "|" + client_->plugin()->version() + "|" + hash_hex(compile_options_) + "|" + program->mlir;
+  }
+  program->key = key;
+  program->id = next_program_id_.fetch_add(1);
+  // Compiled now so that a compile error surfaces at its op; Fused mode
+  // compiles only the windows that call it.
+  if (mode() != EagerMode::Fused) executable(*program);
+  if (built && indexed && disk.enabled() && serializable_.load()) disk.store(index_key, encode_index(*program));
+  std::lock_guard<std::mutex> lock(mutex_);
+  return programs_.emplace(key, std::move(program)).first->second;
+}
+
+const pjrt::Executable& Runtime::executable(const Program& program) {
+  std::lock_guard<std::mutex> lock(program.compile_mutex);
+  if (program.executable) return *program.executable;
+  DiskCache disk = DiskCache::from_environment();
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
   const auto load_start = std::chrono::steady_clock::now();
-  if (auto bytes = disk.load(disk_key, &lookup)) {
+  if (auto bytes = disk.load(program.disk_key, &lookup)) {
     try {
-      program->executable = client_->deserialize(*bytes);
+      program.executable = client_->deserialize(*bytes);
       count("disk_cache_hits");
       count("disk_load_us", microseconds_since(load_start));
+      return *program.executable;
     } catch (const pjrt::Error&) {
       lookup = DiskCache::Lookup::Rejected;  // a valid file the plugin refuses: compile afresh below
     }
   }
   if (lookup == DiskCache::Lookup::Rejected) count("disk_cache_rejected");
-  if (!program->executable) {
-    if (disk.enabled()) count("disk_cache_misses");
-    const auto compile_start = std::chrono::steady_clock::now();
-    try {
-      program->executable = client_->compile(mlir, compile_options_);
-    } catch (const pjrt::Error& e) {
-      throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + mlir);
-    }
-    count("compiles");
-    count("compile_us", microseconds_since(compile_start));
-    if (disk.enabled() && serializable_.load()) {
-      std::string bytes;
-      try {
-        bytes = program->executable->serialize();
-      } catch (const pjrt::Error& e) {
-        // Warned once; the cache stays in memory for this process.
-        if (serializable_.exchange(false))
-          std::fprintf(stderr,
-                       "torch_tpu: warning: the PJRT plugin cannot serialize executables (%s); "
-                       "compiled programs are cached in memory only.\n",
-                       e.what());
-      }
-      if (!bytes.empty() && disk.store(disk_key, bytes)) count("disk_cache_writes");
-    }
+  if (disk.enabled()) count("disk_cache_misses");
+  const auto compile_start = std::chrono::steady_clock::now();
+  try {
+    program.executable = client_->compile(program.mlir, compile_options_);
+  } catch (const pjrt::Error& e) {
+    throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + program.mlir);
   }
-  if (disk.enabled() && serializable_.load()) disk.store(index_key, encode_index(*program, disk_key));
-  std::lock_guard<std::mutex> lock(mutex_);
-  return programs_.emplace(key, std::move(program)).first->second;
+  count("compiles");
+  count("compile_us", microseconds_since(compile_start));
+  if (disk.enabled() && serializable_.load()) {
+    std::string bytes;
+    try {
+      bytes = program.executable->serialize();
+    } catch (const pjrt::Error& e) {
+      // Warned once; the cache stays in memory for this process.
+      if (serializable_.exchange(false))
+        std::fprintf(stderr,
+                     "torch_tpu: warning: the PJRT plugin cannot serialize executables (%s); "
+                     "compiled programs are cached in memory only.\n",
+                     e.what());
+    }
+    if (!bytes.empty() && disk.store(program.disk_key, bytes)) count("disk_cache_writes");
+  }
+  return *program.executable;
 }
 
-std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
-                                              const char* what) {
-  check_fits(device, program.output_bytes);
+std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
+                                              int device, const char* what) {
+  if (mode() == EagerMode::Fused) return window_->record(program, args, device, what);
+  return execute_now(*program, args, device, what);
+}
+
+std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const std::vector<pjrt::BufferPtr>& args,
+                                                  int device, const char* what, bool check_memory) {
+  std::vector<PJRT_Buffer*> raw;
+  raw.reserve(args.size());
+  for (const auto& a : args) {
+    if (a->is_placeholder()) resolve(*a, "compiled_graph");
+    raw.push_back(a->raw());
+  }
+  const pjrt::Executable& exe = executable(program);
+  if (check_memory) check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
-  auto outputs = program.executable->execute(args, this->device(device));
+  auto outputs = exe.execute(raw, this->device(device));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& pending = pending_[device];
@@ -330,7 +360,30 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std:
   return outputs;
 }
 
+void Runtime::flush(const char* reason) { window_->flush(reason); }
+
+void Runtime::resolve(const pjrt::Buffer& buffer, const char* reason) {
+  if (!buffer.is_placeholder()) return;
+  window_->flush(reason);
+  if (buffer.is_placeholder())
+    throw std::runtime_error(
+        "torch_tpu: this tensor's value was never computed: the fused window that was to compute it failed (see "
+        "the earlier error). Compute it again.");
+}
+
+void Runtime::set_stack_provider(std::function<std::string()> provider) {
+  FusedWindow::set_stack_provider(std::move(provider));
+}
+
+void Runtime::set_mode(EagerMode m) {
+  if (mode_.load() == EagerMode::Fused && m != EagerMode::Fused) window_->flush("mode_switch");
+  mode_.store(m);
+}
+
 void Runtime::defer_check(pjrt::BufferPtr flag, std::string message) {
+  // A check of the op just recorded (Fused mode): where it was called from, if kept.
+  if (mode() == EagerMode::Fused)
+    if (std::string stack = window_->last_stack(); !stack.empty()) message += "\nCalled from:\n" + stack;
   std::lock_guard<std::mutex> lock(mutex_);
   deferred_checks_.emplace_back(std::move(flag), std::move(message));
   has_deferred_checks_ = true;
@@ -346,6 +399,7 @@ void Runtime::verify_checks() {
   }
   for (const auto& [flag, message] : checks) {
     bool ok = true;
+    resolve(*flag);
     count("transfers_to_host");
     flag->to_host(&ok, 1);
     if (!ok) throw DeviceCheckFailed(message);
@@ -353,6 +407,7 @@ void Runtime::verify_checks() {
 }
 
 void Runtime::synchronize(int device) {
+  window_->flush("synchronize");
   verify_checks();
   std::vector<Pending> pending;
   {
@@ -377,6 +432,7 @@ pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector
 }
 
 void Runtime::download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
+  resolve(buffer);
   verify_checks();  // a host read is where an earlier op's failed check surfaces (Strict mode)
   count("transfers_to_host");
   try {
@@ -391,6 +447,12 @@ void Runtime::download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
 void Runtime::count(const std::string& name, int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   counters_[name] += n;
+}
+
+void Runtime::count_max(const std::string& name, int64_t value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& v = counters_[name];
+  v = std::max(v, value);
 }
 
 std::map<std::string, int64_t> Runtime::metrics() {

@@ -38,15 +38,23 @@ struct DeviceStorage {
   int64_t numel() const { return static_cast<int64_t>(nbytes / stablehlo::byte_size(dtype)); }
 };
 
-// A compiled program and the types of its outputs.
+// A program and the types of its outputs. Its executable is compiled (or
+// loaded from the disk cache) on first execution: a program only recorded
+// into fused windows is never compiled on its own.
 struct Program {
-  std::unique_ptr<pjrt::Executable> executable;
+  std::string key;  // the cache key it was built under
+  uint64_t id = 0;  // unique in this process; names it in fused window keys
   std::vector<TensorType> outputs;
   std::string mlir;
+  std::string disk_key;  // of the executable in the disk cache
   // The last checks.size() outputs are bool[1] flags that must be true; each
   // names what it checks ("index out of range in self"), like CUDA's device asserts.
   std::vector<std::string> checks;
   int64_t output_bytes = 0;  // checked against the device's free capacity before each run
+
+  // Set once by Runtime::executable().
+  mutable std::mutex compile_mutex;
+  mutable std::shared_ptr<pjrt::Executable> executable;
 };
 
 // What building a program yields: MLIR text, output types, and check messages.
@@ -83,7 +91,9 @@ struct MemoryStats {
   int64_t capacity = 0;  // what the allocation check allows (memory_capacity)
 };
 
-enum class EagerMode { Strict, Debug };
+enum class EagerMode { Strict, Debug, Fused };
+
+class FusedWindow;
 
 class Runtime {
  public:
@@ -100,13 +110,30 @@ class Runtime {
   const std::string& device_name() const { return device_name_; }  // "CPU", "CUDA", "TPU"
   const std::string& plugin_path() const { return plugin_path_; }
 
-  // The program for `key`, compiled by `build()` (MLIR text and output types)
-  // on the first request only. Thread-safe.
-  ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build);
-  // Runs `program` on `device`, not waiting for it unless the mode is Debug.
+  // The program for `key`, built by `build()` (MLIR text and output types)
+  // on the first request only, and compiled then unless the mode is Fused.
+  // `indexed`: the disk cache also maps `key` to the program, so that a warm
+  // process skips build(); only for keys that mean the same in every process.
+  ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed = true);
+  // Runs `program` on `device`, not waiting for it unless the mode is Debug;
+  // in Fused mode records it into the window and returns placeholders.
   // Throws OutOfMemory, before running, when its outputs cannot fit.
-  std::vector<pjrt::BufferPtr> execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
+  std::vector<pjrt::BufferPtr> execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args, int device,
                                        const char* what);
+  // Runs `program` now in any mode (a compiled graph, a fused window); a
+  // placeholder argument flushes the window first.
+  std::vector<pjrt::BufferPtr> execute_now(const Program& program, const std::vector<pjrt::BufferPtr>& args, int device,
+                                           const char* what, bool check_memory = true);
+  // The program's executable, compiled or loaded from the disk cache on first use.
+  const pjrt::Executable& executable(const Program& program);
+  // Runs the fused window, if it holds anything; `reason` is counted in the
+  // metrics as fused_flush_<reason>.
+  void flush(const char* reason);
+  // Waits until `buffer` has a handle, flushing the window if it is a placeholder.
+  void resolve(const pjrt::Buffer& buffer, const char* reason = "host_read");
+  // Fused mode's debugging aid (TORCH_TPU_FUSED_DEBUG=1): a function that
+  // returns where an op was called from (the Python stack), kept per recorded op.
+  static void set_stack_provider(std::function<std::string()> provider);
 
   // Waits for everything launched on `device` so far; raises the first device
   // error, or DeviceCheckFailed for a failed deferred check.
@@ -120,13 +147,16 @@ class Runtime {
   void download(const pjrt::Buffer& buffer, void* dst, size_t nbytes);
 
   EagerMode mode() const { return mode_.load(); }
-  void set_mode(EagerMode m) { mode_.store(m); }
+  // Leaving Fused mode flushes the window first.
+  void set_mode(EagerMode m);
   // Debug mode also checks every float output for NaN/Inf (TORCH_TPU_DEBUG_CHECK_NAN=1).
   bool check_nan() const { return check_nan_.load(); }
   void set_check_nan(bool on) { check_nan_.store(on); }
 
   // Counters: compiles, cache hits, executions, transfers.
   void count(const std::string& name, int64_t n = 1);
+  // Keeps the largest value seen under `name`.
+  void count_max(const std::string& name, int64_t value);
   std::map<std::string, int64_t> metrics();
   void reset_metrics();
 
@@ -151,6 +181,9 @@ class Runtime {
   Runtime();
   // A program from the disk cache's index entry (see program()), or null.
   std::shared_ptr<Program> load_indexed(DiskCache& disk, const std::string& index_key);
+  friend class FusedWindow;
+  std::unique_ptr<FusedWindow> window_;
+  std::atomic<uint64_t> next_program_id_{1};
   std::unique_ptr<pjrt::Client> client_;
   std::string device_name_, plugin_path_;
   std::string compile_options_;

@@ -13,9 +13,9 @@ import torch_tpu
 PROGRAM = """
 import json, torch, torch_tpu
 x = torch.arange(12.0).reshape(3, 4).to("tpu")
-y = (x * 2 + 1).sum(0).softmax(0)
+y = (x * 2 + 1).sum(0).softmax(0).cpu().tolist()  # before the metrics: Fused mode compiles here
 m = torch_tpu.metrics()
-print(json.dumps({"y": y.cpu().tolist(), **{k: m.get(k, 0) for k in
+print(json.dumps({"y": y, **{k: m.get(k, 0) for k in
       ("compiles", "disk_cache_hits", "disk_index_hits", "disk_cache_writes", "disk_cache_rejected")}}))
 """
 
@@ -61,14 +61,15 @@ def test_corrupt_entries_are_recompiled_and_replaced(tmp_path):
 
 
 def test_size_limit_evicts_least_recently_used(tmp_path):
-    cold = run_program(tmp_path)
+    run_program(tmp_path)
     sizes = [f.stat().st_size for f in entries(tmp_path)]
+    assert len(sizes) >= 3
     limit = sum(sorted(sizes)[-2:])  # room for about two entries
     for f in entries(tmp_path):
         f.unlink()
     run_program(tmp_path, TORCH_TPU_CACHE_LIMIT=str(limit))
     kept = entries(tmp_path)
-    assert 1 <= len(kept) < cold["compiles"]
+    assert 1 <= len(kept) < len(sizes)
     assert sum(f.stat().st_size for f in kept) <= limit
 
 

@@ -112,14 +112,19 @@ def test_out_variants():
 
 
 def test_second_call_with_same_key_compiles_nothing():
+    # Each result is kept and synchronized: Fused mode compiles at the flush.
     a = torch.randn(7, 3).to("tpu")
-    torch.mul(a, a)
+    r = torch.mul(a, a)
+    torch.tpu.synchronize()
     before = torch_tpu.metrics()["compiles"]
     for _ in range(5):
-        torch.mul(a, a)
+        r = torch.mul(a, a)
+        torch.tpu.synchronize()
     assert torch_tpu.metrics()["compiles"] == before
-    torch.mul(torch.randn(8, 3).to("tpu"), 2.0)  # a new shape compiles once
+    r = torch.mul(torch.randn(8, 3).to("tpu"), 2.0)  # a new shape compiles once
+    torch.tpu.synchronize()
     assert torch_tpu.metrics()["compiles"] == before + 1
+    assert r.shape == (8, 3)
 
 
 def test_debug_mode_gives_same_results():

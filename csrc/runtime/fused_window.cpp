@@ -1,0 +1,320 @@
+#include "runtime/fused_window.h"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <stdexcept>
+
+namespace torch_tpu::runtime {
+namespace {
+
+size_t window_limit() {
+  const char* v = std::getenv("TORCH_TPU_FUSED_WINDOW");
+  if (!v || !*v) return 2048;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end || n < 1)
+    throw std::runtime_error(std::string("torch_tpu: TORCH_TPU_FUSED_WINDOW='") + v +
+                             "' is not a positive number of ops per fused window.");
+  return static_cast<size_t>(n);
+}
+
+void append_int(std::string& s, uint64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  s.append(buf, end);
+}
+
+// A program's function for a window module: Builder::module's text with
+// main renamed @p<id> and made private, and its parameter and result types.
+struct Fragment {
+  std::string function;
+  std::vector<std::string> params, results;
+};
+
+std::vector<std::string> split_types(const std::string& list, bool named) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    size_t end = list.find(", ", pos);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(pos, end - pos);
+    if (named) item = item.substr(item.find(": ") + 2);  // "%arg0: tensor<4xf32>"
+    if (!item.empty()) out.push_back(item);
+    pos = end + 2;
+  }
+  return out;
+}
+
+Fragment fragment(const Program& program) {
+  const std::string& m = program.mlir;
+  const std::string head = "  func.func public @main(";
+  size_t begin = m.find(head), last = m.rfind("\n}");
+  if (begin == std::string::npos || last == std::string::npos)
+    throw std::logic_error("torch_tpu: program " + program.key + " is not a single-function module");
+  Fragment f;
+  size_t params_begin = begin + head.size();
+  size_t params_end = m.find(") -> (", params_begin);
+  size_t results_end = m.find(") {", params_end);
+  f.params = split_types(m.substr(params_begin, params_end - params_begin), true);
+  f.results = split_types(m.substr(params_end + 6, results_end - params_end - 6), false);
+  f.function =
+      "  func.func private @p" + std::to_string(program.id) + "(" + m.substr(params_begin, last - params_begin) + "\n";
+  return f;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + items[i];
+  return s;
+}
+
+}  // namespace
+
+FusedWindow::FusedWindow(Runtime& runtime)
+    : runtime_(runtime),
+      limit_(window_limit()),
+      debug_(std::getenv("TORCH_TPU_FUSED_DEBUG") != nullptr &&
+             std::string(std::getenv("TORCH_TPU_FUSED_DEBUG")) == "1") {}
+
+namespace {
+std::function<std::string()>& stack_provider() {
+  static std::function<std::string()> provider;
+  return provider;
+}
+}  // namespace
+
+void FusedWindow::set_stack_provider(std::function<std::string()> provider) { stack_provider() = std::move(provider); }
+
+std::string FusedWindow::last_stack() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return calls_.empty() ? std::string() : calls_.back().stack;
+}
+
+bool FusedWindow::empty() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return calls_.empty();
+}
+
+std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
+                                                 int device, const char* what) {
+  std::string stack;
+  if (debug_ && stack_provider()) stack = stack_provider()();  // before the lock: it takes the GIL
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!calls_.empty() && device != device_) flush_locked("device");
+  device_ = device;
+  Call call{program, {}, static_cast<int>(values_.size()), what, std::move(stack)};
+  call.args.reserve(args.size());
+  key_ += 'p';
+  append_int(key_, program->id);
+  key_ += '(';
+  for (const auto& a : args) {
+    if (a->is_placeholder()) {
+      const uint64_t tag = a->tag();
+      if (tag >> 32 != generation_)
+        throw std::runtime_error(std::string("torch_tpu: ") + what +
+                                 " reads a value that was never computed: the fused window that was to compute it "
+                                 "failed (see the earlier error). Compute it again.");
+      const int v = static_cast<int>(tag & 0xffffffffu);
+      call.args.push_back({false, v});
+      key_ += 'v';
+      append_int(key_, v);
+    } else {
+      auto [it, inserted] = input_index_.emplace(a->raw(), static_cast<int>(inputs_.size()));
+      if (inserted) {
+        inputs_.push_back(a);
+        input_first_use_.emplace_back(static_cast<int>(calls_.size()), static_cast<int>(call.args.size()));
+      }
+      call.args.push_back({true, it->second});
+      key_ += 'i';
+      append_int(key_, it->second);
+    }
+    key_ += ',';
+  }
+  key_ += ')';
+  std::vector<pjrt::BufferPtr> outputs;
+  const size_t n = program->outputs.size();
+  outputs.reserve(n);
+  const auto& plugin = runtime_.client().plugin();
+  for (size_t k = 0; k < n; ++k) {
+    const uint64_t tag = generation_ << 32 | static_cast<uint64_t>(values_.size());
+    outputs.push_back(std::make_shared<pjrt::Buffer>(plugin, tag));
+    values_.push_back({outputs.back(), static_cast<int>(calls_.size()), static_cast<int>(k)});
+  }
+  calls_.push_back(std::move(call));
+  if (calls_.size() >= limit_) flush_locked("window_limit");
+  return outputs;
+}
+
+void FusedWindow::flush(const char* reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  flush_locked(reason);
+}
+
+std::string FusedWindow::module_text(const std::vector<int>& live) const {
+  std::unordered_map<uint64_t, Fragment> fragments;
+  std::string functions;
+  for (const auto& c : calls_) {
+    auto [it, inserted] = fragments.emplace(c.program->id, Fragment{});
+    if (!inserted) continue;
+    it->second = fragment(*c.program);
+    functions += it->second.function;
+  }
+  auto value_name = [&](int v) {
+    const Value& value = values_[v];
+    std::string name = "%c" + std::to_string(value.call);
+    if (calls_[value.call].program->outputs.size() > 1) name += "#" + std::to_string(value.output);
+    return name;
+  };
+  auto value_type = [&](int v) {
+    return fragments.at(calls_[values_[v].call].program->id).results.at(values_[v].output);
+  };
+  std::vector<std::string> params, results, result_names;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    auto [c, pos] = input_first_use_[i];
+    params.push_back("%i" + std::to_string(i) + ": " + fragments.at(calls_[c].program->id).params.at(pos));
+  }
+  std::string body;
+  for (size_t c = 0; c < calls_.size(); ++c) {
+    const Call& call = calls_[c];
+    const Fragment& f = fragments.at(call.program->id);
+    std::vector<std::string> args;
+    for (const Ref& r : call.args) args.push_back(r.input ? "%i" + std::to_string(r.index) : value_name(r.index));
+    body += "    ";
+    if (!f.results.empty())
+      body += "%c" + std::to_string(c) + (f.results.size() > 1 ? ":" + std::to_string(f.results.size()) : "") + " = ";
+    body += "func.call @p" + std::to_string(call.program->id) + "(" + join(args) + ") : (" + join(f.params) + ") -> (" +
+            join(f.results) + ")\n";
+  }
+  for (int v : live) {
+    result_names.push_back(value_name(v));
+    results.push_back(value_type(v));
+  }
+  return "module @torch_tpu {\n" + functions + "  func.func public @main(" + join(params) + ") -> (" + join(results) +
+         ") {\n" + body + "    \"func.return\"(" + join(result_names) + ") : (" + join(results) + ") -> ()\n  }\n}\n";
+}
+
+void FusedWindow::flush_locked(const char* reason) {
+  if (calls_.empty()) return;
+  // Outputs: the values some tensor (or a deferred check) still holds.
+  std::vector<int> live;
+  std::vector<pjrt::BufferPtr> holders;
+  for (size_t v = 0; v < values_.size(); ++v) {
+    if (auto p = values_[v].placeholder.lock()) {
+      live.push_back(static_cast<int>(v));
+      holders.push_back(std::move(p));
+    }
+  }
+  const int64_t ops = static_cast<int64_t>(calls_.size());
+  if (live.empty()) {  // nothing recorded is still wanted: nothing to run
+    runtime_.count("fused_dead_windows");
+    clear();
+    return;
+  }
+  runtime_.count("fused_flushes");
+  runtime_.count(std::string("fused_flush_") + reason);
+  runtime_.count("fused_ops", ops);
+  runtime_.count("fused_outputs", static_cast<int64_t>(live.size()));
+  runtime_.count_max("fused_ops_max", ops);
+  std::string key = "fused|" + key_ + "|o";
+  for (int v : live) {
+    append_int(key, static_cast<uint64_t>(v));
+    key += ',';
+  }
+  bool built = false;
+  std::vector<pjrt::BufferPtr> results;
+  try {
+    auto program = runtime_.program(
+        key,
+        [&] {
+          built = true;
+          std::vector<TensorType> types;
+          for (int v : live) {
+            const Value& value = values_[v];
+            const TensorType& t = calls_[value.call].program->outputs.at(value.output);
+            types.push_back({t.dtype, {t.numel()}});
+          }
+          return ProgramSpec(module_text(live), types);
+        },
+        /*indexed=*/false);
+    if (built) {
+      runtime_.count("fused_window_compiles");
+      if (!compiled_sequences_.insert(std::hash<std::string>{}(sequence_key())).second)
+        runtime_.count("fused_recompiles");
+    } else {
+      runtime_.count("fused_window_hits");
+    }
+    // Its outputs are storages already accounted for: no second memory check.
+    results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false);
+    if (debug_)
+      for (const auto& r : results) r->await_ready();
+  } catch (const std::exception& e) {
+    std::string error = e.what();
+    try {
+      replay(live, holders, error);
+    } catch (...) {
+      clear();
+      throw;
+    }
+    clear();
+    return;
+  }
+  for (size_t i = 0; i < live.size(); ++i) holders[i]->fill_from(*results[i]);
+  clear();
+}
+
+// The program ids in order: what a recompile of the same ops shares.
+std::string FusedWindow::sequence_key() const {
+  std::string s;
+  for (const auto& c : calls_) {
+    append_int(s, c.program->id);
+    s += ',';
+  }
+  return s;
+}
+
+void FusedWindow::replay(const std::vector<int>& live, const std::vector<pjrt::BufferPtr>& holders,
+                         const std::string& error) {
+  std::vector<pjrt::BufferPtr> values(values_.size());
+  for (size_t c = 0; c < calls_.size(); ++c) {
+    const Call& call = calls_[c];
+    std::vector<pjrt::BufferPtr> args;
+    for (const Ref& r : call.args) args.push_back(r.input ? inputs_[r.index] : values[r.index]);
+    std::vector<pjrt::BufferPtr> outs;
+    try {
+      outs = runtime_.execute_now(*call.program, args, device_, call.what);
+      for (const auto& o : outs) o->await_ready();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("torch_tpu: ") + call.what + " failed (op " + std::to_string(c + 1) +
+                               " of a fused window of " + std::to_string(calls_.size()) +
+                               " ops, recorded in Fused mode and run at the flush)" +
+                               (call.stack.empty() ? ". Set TORCH_TPU_FUSED_DEBUG=1 to see where it was called from"
+                                                   : ". Called from:\n" + call.stack) +
+                               "\n" + e.what());
+    }
+    for (size_t k = 0; k < outs.size(); ++k) values[call.first_value + k] = std::move(outs[k]);
+  }
+  for (size_t i = 0; i < live.size(); ++i) holders[i]->fill_from(*values[live[i]]);
+  runtime_.count("fused_replays");
+  static bool warned = false;
+  if (!warned) {
+    warned = true;
+    std::fprintf(stderr,
+                 "torch_tpu: warning: a fused window of %zu ops failed as one program and ran op by op instead "
+                 "(results are correct). The error was:\n%s\n",
+                 calls_.size(), error.c_str());
+  }
+}
+
+void FusedWindow::clear() {
+  calls_.clear();
+  values_.clear();
+  inputs_.clear();
+  input_index_.clear();
+  input_first_use_.clear();
+  key_.clear();
+  ++generation_;
+}
+
+}  // namespace torch_tpu::runtime

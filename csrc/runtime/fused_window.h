@@ -1,0 +1,76 @@
+// Fused eager mode: programs launched in Fused mode are recorded into a
+// window instead of run, and a flush runs the whole window as one program.
+// Each recorded program's function is called from the window's main
+// function; XLA inlines the calls and fuses across them, and values no live
+// tensor holds never leave the program.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/runtime.h"
+
+namespace torch_tpu::runtime {
+
+class FusedWindow {
+ public:
+  explicit FusedWindow(Runtime& runtime);
+  // Records `program` applied to `args` on `device`; returns its outputs as
+  // placeholder buffers, filled at the flush.
+  std::vector<pjrt::BufferPtr> record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args, int device,
+                                      const char* what);
+  // Runs the window as one program and fills the placeholders still held.
+  void flush(const char* reason);
+  bool empty();
+  // Where the last recorded op was called from (TORCH_TPU_FUSED_DEBUG=1), else empty.
+  std::string last_stack();
+  static void set_stack_provider(std::function<std::string()> provider);
+
+ private:
+  // A value of the window: an input (a concrete buffer it reads) or an output of a recorded call.
+  struct Ref {
+    bool input;
+    int index;
+  };
+  struct Call {
+    ProgramPtr program;
+    std::vector<Ref> args;
+    int first_value;  // its outputs are values first_value, first_value + 1, ...
+    const char* what;
+    std::string stack;  // where it was recorded (TORCH_TPU_FUSED_DEBUG=1)
+  };
+  struct Value {
+    std::weak_ptr<pjrt::Buffer> placeholder;
+    int call, output;
+  };
+
+  void flush_locked(const char* reason);
+  void clear();
+  std::string module_text(const std::vector<int>& live) const;
+  // Runs the calls one program at a time (after the window failed as a
+  // whole): names the op that fails, else fills `live` from these results.
+  void replay(const std::vector<int>& live, const std::vector<pjrt::BufferPtr>& holders, const std::string& error);
+  std::string sequence_key() const;
+
+  Runtime& runtime_;
+  std::mutex mutex_;
+  const size_t limit_;
+  const bool debug_;
+  uint64_t generation_ = 1;  // placeholders carry (generation << 32 | value)
+  int device_ = 0;
+  std::vector<Call> calls_;
+  std::vector<Value> values_;
+  std::vector<pjrt::BufferPtr> inputs_;
+  std::unordered_map<PJRT_Buffer*, int> input_index_;
+  std::vector<std::pair<int, int>> input_first_use_;  // (call, argument): where its type is declared
+  std::string key_;
+  std::unordered_set<size_t> compiled_sequences_;  // hashes of op sequences (recompile detection)
+};
+
+}  // namespace torch_tpu::runtime

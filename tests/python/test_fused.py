@@ -1,0 +1,196 @@
+"""Fused eager mode: ops recorded into a window and run as one program.
+
+What the rest of the suite cannot see: when windows flush and why, that dead
+intermediates are not outputs, that a steady training loop stops compiling,
+and that errors still name their op. (`make test` also runs the op, autograd
+and training tests under TORCH_TPU_EAGER_MODE=fused.)
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_same
+
+import torch_tpu
+
+
+@pytest.fixture
+def fused():
+    torch.tpu.synchronize()
+    with torch_tpu.set_eager_mode("fused"):
+        torch_tpu.reset_metrics()
+        yield
+    torch.tpu.synchronize()
+
+
+def delta(before: dict, key: str) -> int:
+    return torch_tpu.metrics().get(key, 0) - before.get(key, 0)
+
+
+def test_mode_switch_and_context_manager():
+    before = torch_tpu.get_eager_mode()
+    with torch_tpu.set_eager_mode("fused"):
+        assert torch_tpu.get_eager_mode() == "fused"
+        x = torch.ones(3, device="tpu") * 2
+    # Leaving fused mode flushed the window: the value is there in Strict mode.
+    assert torch_tpu.get_eager_mode() == before
+    assert x.cpu().tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(ValueError, match="strict, debug, fused"):
+        torch_tpu.set_eager_mode("lazy")
+
+
+def test_ops_are_recorded_until_a_host_read(fused):
+    a, b = torch.randn(4, 5), torch.randn(5)
+    m = torch_tpu.metrics()
+    x, y = a.to("tpu"), b.to("tpu")
+    z = ((x * 2 + y).relu() - x.exp()).sum(0)
+    assert delta(m, "executions") == 0  # nothing ran yet
+    assert_same(z, ((a * 2 + b).relu() - a.exp()).sum(0))
+    assert delta(m, "fused_flushes") == 1
+    assert delta(m, "fused_flush_host_read") == 1
+    assert delta(m, "fused_ops") >= 5
+    # Only z is held by a tensor: the intermediates were not outputs.
+    assert delta(m, "fused_outputs") == 1
+
+
+def test_views_and_inplace_writes_in_a_window(fused):
+    a = torch.randn(6, 4)
+    x = a.to("tpu")
+    v = x[1:4, ::2]  # a strided view of the window's input
+    v.mul_(10)  # writes through the view into x's storage
+    x.add_(1)
+    t = x.t().contiguous()
+    ref = a.clone()
+    ref[1:4, ::2] *= 10
+    ref += 1
+    assert_same(x, ref)
+    assert_same(t, ref.t().contiguous())
+    assert_same(v, ref[1:4, ::2])
+
+
+@pytest.mark.parametrize(
+    "reason,action",
+    [
+        ("synchronize", lambda t: torch.tpu.synchronize()),
+        ("mark_step", lambda t: torch_tpu.mark_step()),
+        ("data_dependent", lambda t: torch.nonzero(t)),
+        ("host_read", lambda t: t.sum().item()),
+        ("host_read", lambda t: print(t)),
+    ],
+)
+def test_flush_reasons(fused, reason, action):
+    t = torch.arange(6.0, device="tpu") - 2
+    m = torch_tpu.metrics()
+    action(t)
+    assert delta(m, "fused_flush_" + reason) == 1
+
+
+def test_mode_switch_flushes(fused):
+    t = torch.arange(6.0, device="tpu") * 3
+    m = torch_tpu.metrics()
+    with torch_tpu.set_eager_mode("strict"):
+        assert delta(m, "fused_flush_mode_switch") == 1
+        assert t.cpu().tolist() == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
+
+
+def test_an_op_without_a_rule_flushes_and_falls_back(fused):
+    x = torch.randn(5).to("tpu") * 2
+    m = torch_tpu.metrics()
+    with pytest.warns(UserWarning, match="no tpu lowering"):
+        y = torch.special.i1e(x)  # no rule: the CPU fallback reads x
+    assert delta(m, "fused_flush_fallback") == 1
+    assert_same(y, torch.special.i1e(x.cpu()))
+
+
+def test_window_limit(run_python):
+    code = """
+import torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+x = torch.ones(3, device="tpu")
+for _ in range(10):
+    x = x + 1
+print(x.cpu().tolist(), torch_tpu.metrics()["fused_flush_window_limit"], torch_tpu.metrics()["fused_ops_max"])
+"""
+    r = run_python(code, TORCH_TPU_FUSED_WINDOW="4")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[11.0,", "11.0,", "11.0]", "2", "4"]
+    r = run_python(code, TORCH_TPU_FUSED_WINDOW="zero")
+    assert r.returncode != 0 and "TORCH_TPU_FUSED_WINDOW='zero'" in r.stderr
+
+
+def test_env_selects_fused_mode_and_exit_flushes(run_python):
+    r = run_python(
+        "import torch, torch_tpu\nprint(torch_tpu.get_eager_mode())\nx = torch.ones(2, device='tpu') + 1\n",
+        TORCH_TPU_EAGER_MODE="fused",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "fused"
+
+
+def test_device_check_names_the_op_and_where_it_was_called(run_python):
+    code = """
+import torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+x = torch.randn(4, 3, device="tpu")
+def gather_rows(x):
+    return x[torch.tensor([0, 9], device="tpu")]
+y = gather_rows(x) * 2
+try:
+    y.cpu()
+except IndexError as e:
+    print("ERROR:", e)
+print("usable:", (x.sum() * 0).item())
+"""
+    r = run_python(code, TORCH_TPU_FUSED_DEBUG="1")
+    assert r.returncode == 0, r.stderr
+    assert "index is out of bounds" in r.stdout and "aten::index.Tensor" in r.stdout
+    assert "gather_rows" in r.stdout  # the Python frame that recorded the op
+    assert "usable: 0.0" in r.stdout
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+        )
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def train(device, steps, mode=None, opt_cls=torch.optim.AdamW):
+    torch.manual_seed(0)
+    model = MLP().to(device)
+    opt = opt_cls(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)
+    x, y = torch.randn(16, 8).to(device), torch.randint(0, 4, (16,)).to(device)
+    losses, compiles = [], []
+    for _ in range(steps):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.detach())
+        if mode:
+            compiles.append(torch_tpu.metrics().get("fused_window_compiles", 0))
+    return torch.stack([loss.cpu() for loss in losses]), [p.detach().cpu() for p in model.parameters()], compiles
+
+
+@pytest.mark.parametrize("opt_cls", [torch.optim.AdamW, torch.optim.SGD])
+def test_steady_training_loop_compiles_nothing_after_warmup(fused, opt_cls):
+    with torch_tpu.set_fallback("error"):
+        losses, params, compiles = train("tpu", 8, mode="fused", opt_cls=opt_cls)
+    cpu_losses, cpu_params, _ = train("cpu", 8, opt_cls=opt_cls)
+    torch.testing.assert_close(losses, cpu_losses, rtol=1e-4, atol=1e-5)
+    for p, q in zip(params, cpu_params, strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    m = torch_tpu.metrics()
+    # One window per step (the optimizer step flushes). Step 2 compiles anew
+    # (optimizer state exists, the changing learning rate becomes an input);
+    # from step 3 on every window is found in the cache.
+    assert m["fused_flush_optimizer_step"] == 8
+    assert compiles[1] == compiles[-1], compiles
+    assert m["fused_window_hits"] == 6
+    assert m.get("fused_recompiles", 0) == 0, m
