@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2
 
-.PHONY: all demo test test-cpp test-debug test-python build system-deps lint clean bench
+.PHONY: all demo test test-cpp test-debug test-python test-fused build system-deps lint clean bench
 
 all: build
 
@@ -42,7 +42,11 @@ test-debug: build
 test-python: build
 	$(PY) -m pytest tests/python -q
 
-test: test-cpp test-debug test-python
+# The Python suite again in Fused mode: every op recorded and run in fused windows.
+test-fused: build
+	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings
+
+test: test-cpp test-debug test-python test-fused
 
 bench: build
 	$(PY) benchmarks/dispatch.py

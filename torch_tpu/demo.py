@@ -1,6 +1,7 @@
 """The demo: a small GPT-style character language model trained on "tpu".
 
-    python -m torch_tpu.demo [--steps N] [--device tpu] [--mode strict|debug] [--compare-cpu] [--out loss.png]
+    python -m torch_tpu.demo [--steps N] [--device tpu] [--mode strict|debug|fused|compile]
+                             [--compare-cpu] [--out loss.png]
 
 Trains on a corpus of simple generated sentences shipped with the package
 (torch_tpu/data/tiny_corpus.txt, written by `generate_corpus`), shows a
@@ -21,8 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 CORPUS_PATH = Path(__file__).parent / "data" / "tiny_corpus.txt"
-IMPLEMENTED_MODES = ("strict", "debug", "compile")
-LATER_MODES = ("fused",)  # issue 5: Fused eager
+MODES = ("strict", "debug", "fused", "compile")
 
 
 # ---------------------------------------------------------------------------
@@ -293,9 +293,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--mode",
         default="strict",
-        help="on tpu: strict (eager, async, default), debug (eager, every op awaited) or compile "
-        "(the model's forward and backward through torch.compile(backend='tpu'), the optimizer eager). "
-        "fused is not implemented yet",
+        help="on tpu: strict (eager, async, default), debug (eager, every op awaited), fused (eager, "
+        "each step recorded and run as one program) or compile (the model's forward and backward "
+        "through torch.compile(backend='tpu'), the optimizer eager)",
     )
     parser.add_argument("--compare-cpu", action="store_true", help="also train on CPU and plot both curves")
     parser.add_argument(
@@ -308,12 +308,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sample-chars", type=int, default=120, help="length of the greedy sample")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    if args.mode in LATER_MODES:
-        parser.error(
-            f"--mode {args.mode} is not implemented yet (issue 5); implemented: {', '.join(IMPLEMENTED_MODES)}"
-        )
-    if args.mode not in IMPLEMENTED_MODES:
-        parser.error(f"--mode must be one of {', '.join(IMPLEMENTED_MODES)} (got {args.mode!r})")
+    if args.mode not in MODES:
+        parser.error(f"--mode must be one of {', '.join(MODES)} (got {args.mode!r})")
     if args.steps < 1:
         parser.error("--steps must be at least 1")
     if args.compare_cpu:

@@ -272,8 +272,9 @@ def test_demo_generate_is_greedy_and_matches_cpu():
     assert out_tpu == out_cpu
 
 
-def test_demo_refuses_modes_not_implemented(capsys):
+def test_demo_modes(capsys):
     with pytest.raises(SystemExit):
-        demo.parse_args(["--mode", "fused"])
-    assert "not implemented yet" in capsys.readouterr().err
+        demo.parse_args(["--mode", "lazy"])
+    assert "must be one of strict, debug, fused, compile" in capsys.readouterr().err
     assert demo.parse_args(["--mode", "compile"]).mode == "compile"
+    assert demo.parse_args(["--mode", "fused"]).mode == "fused"
