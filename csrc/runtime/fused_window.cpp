@@ -27,8 +27,10 @@ void append_int(std::string& s, uint64_t v) {
 }
 
 // A program's function for a window module: Builder::module's text with
-// main renamed @p<id> and made private, and its parameter and result types.
+// main renamed and made private, and its parameter and result types.
 struct Fragment {
+  std::string name;  // @f<k>: numbered by first use in the window, so the text
+                     // (the disk cache's key) is the same in every process
   std::string function;
   std::vector<std::string> params, results;
 };
@@ -47,20 +49,20 @@ std::vector<std::string> split_types(const std::string& list, bool named) {
   return out;
 }
 
-Fragment fragment(const Program& program) {
+Fragment fragment(const Program& program, const std::string& name) {
   const std::string& m = program.mlir;
   const std::string head = "  func.func public @main(";
   size_t begin = m.find(head), last = m.rfind("\n}");
   if (begin == std::string::npos || last == std::string::npos)
     throw std::logic_error("torch_tpu: program " + program.key + " is not a single-function module");
   Fragment f;
+  f.name = name;
   size_t params_begin = begin + head.size();
   size_t params_end = m.find(") -> (", params_begin);
   size_t results_end = m.find(") {", params_end);
   f.params = split_types(m.substr(params_begin, params_end - params_begin), true);
   f.results = split_types(m.substr(params_end + 6, results_end - params_end - 6), false);
-  f.function =
-      "  func.func private @p" + std::to_string(program.id) + "(" + m.substr(params_begin, last - params_begin) + "\n";
+  f.function = "  func.func private " + name + "(" + m.substr(params_begin, last - params_begin) + "\n";
   return f;
 }
 
@@ -158,7 +160,7 @@ std::string FusedWindow::module_text(const std::vector<int>& live) const {
   for (const auto& c : calls_) {
     auto [it, inserted] = fragments.emplace(c.program->id, Fragment{});
     if (!inserted) continue;
-    it->second = fragment(*c.program);
+    it->second = fragment(*c.program, "@f" + std::to_string(fragments.size() - 1));
     functions += it->second.function;
   }
   auto value_name = [&](int v) {
@@ -184,8 +186,7 @@ std::string FusedWindow::module_text(const std::vector<int>& live) const {
     body += "    ";
     if (!f.results.empty())
       body += "%c" + std::to_string(c) + (f.results.size() > 1 ? ":" + std::to_string(f.results.size()) : "") + " = ";
-    body += "func.call @p" + std::to_string(call.program->id) + "(" + join(args) + ") : (" + join(f.params) + ") -> (" +
-            join(f.results) + ")\n";
+    body += "func.call " + f.name + "(" + join(args) + ") : (" + join(f.params) + ") -> (" + join(f.results) + ")\n";
   }
   for (int v : live) {
     result_names.push_back(value_name(v));

@@ -194,3 +194,29 @@ def test_steady_training_loop_compiles_nothing_after_warmup(fused, opt_cls):
     assert compiles[1] == compiles[-1], compiles
     assert m["fused_window_hits"] == 6
     assert m.get("fused_recompiles", 0) == 0, m
+
+
+def test_second_process_loads_fused_windows_from_disk(run_python, tmp_path):
+    code = """
+import torch, torch_tpu
+torch_tpu.set_eager_mode("fused")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).to("tpu")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(16, 4).to("tpu"), torch.randn(16, 1).to("tpu")
+for _ in range(3):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+m = torch_tpu.metrics()
+print(loss.item(), m.get("compiles", 0), m.get("fused_window_compiles", 0), m.get("disk_cache_hits", 0))
+"""
+    cold = run_python(code, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    warm = run_python(code, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    assert cold.returncode == 0 and warm.returncode == 0, cold.stderr + warm.stderr
+    cold_loss, cold_compiles, windows, _ = cold.stdout.split()
+    warm_loss, warm_compiles, _, warm_hits = warm.stdout.split()
+    assert warm_loss == cold_loss
+    assert int(cold_compiles) >= int(windows) >= 1
+    assert int(warm_compiles) == 0 and int(warm_hits) >= int(windows)
