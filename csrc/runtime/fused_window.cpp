@@ -26,15 +26,6 @@ void append_int(std::string& s, uint64_t v) {
   s.append(buf, end);
 }
 
-// A program's function for a window module: Builder::module's text with
-// main renamed and made private, and its parameter and result types.
-struct Fragment {
-  std::string name;  // @f<k>: numbered by first use in the window, so the text
-                     // (the disk cache's key) is the same in every process
-  std::string function;
-  std::vector<std::string> params, results;
-};
-
 std::vector<std::string> split_types(const std::string& list, bool named) {
   std::vector<std::string> out;
   size_t pos = 0;
@@ -49,22 +40,29 @@ std::vector<std::string> split_types(const std::string& list, bool named) {
   return out;
 }
 
-Fragment fragment(const Program& program, const std::string& name) {
+}  // namespace
+
+// Builder::module's text split into main's parameter and result types and
+// the rest of the function (from its parameter list on).
+const FusedWindow::Signature& FusedWindow::signature(const Program& program) {
+  auto it = signatures_.find(program.id);
+  if (it != signatures_.end()) return it->second;
   const std::string& m = program.mlir;
   const std::string head = "  func.func public @main(";
   size_t begin = m.find(head), last = m.rfind("\n}");
   if (begin == std::string::npos || last == std::string::npos)
     throw std::logic_error("torch_tpu: program " + program.key + " is not a single-function module");
-  Fragment f;
-  f.name = name;
+  Signature f;
   size_t params_begin = begin + head.size();
   size_t params_end = m.find(") -> (", params_begin);
   size_t results_end = m.find(") {", params_end);
   f.params = split_types(m.substr(params_begin, params_end - params_begin), true);
   f.results = split_types(m.substr(params_end + 6, results_end - params_end - 6), false);
-  f.function = "  func.func private " + name + "(" + m.substr(params_begin, last - params_begin) + "\n";
-  return f;
+  f.tail = "(" + m.substr(params_begin, last - params_begin) + "\n";
+  return signatures_.emplace(program.id, std::move(f)).first->second;
 }
+
+namespace {
 
 std::string join(const std::vector<std::string>& items) {
   std::string s;
@@ -154,14 +152,18 @@ void FusedWindow::flush(const char* reason) {
   flush_locked(reason);
 }
 
-std::string FusedWindow::module_text(const std::vector<int>& live) const {
-  std::unordered_map<uint64_t, Fragment> fragments;
+const std::string& FusedWindow::value_type(int v) {
+  return signature(*calls_[values_[v].call].program).results.at(values_[v].output);
+}
+
+std::string FusedWindow::module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases) {
+  // Functions are named by first use (@f0, @f1, ...), not by program ids: the
+  // text, the disk cache's key, is then the same in every process.
+  std::unordered_map<uint64_t, std::string> names;
   std::string functions;
   for (const auto& c : calls_) {
-    auto [it, inserted] = fragments.emplace(c.program->id, Fragment{});
-    if (!inserted) continue;
-    it->second = fragment(*c.program, "@f" + std::to_string(fragments.size() - 1));
-    functions += it->second.function;
+    auto [it, inserted] = names.emplace(c.program->id, "@f" + std::to_string(names.size()));
+    if (inserted) functions += "  func.func private " + it->second + signature(*c.program).tail;
   }
   auto value_name = [&](int v) {
     const Value& value = values_[v];
@@ -169,24 +171,23 @@ std::string FusedWindow::module_text(const std::vector<int>& live) const {
     if (calls_[value.call].program->outputs.size() > 1) name += "#" + std::to_string(value.output);
     return name;
   };
-  auto value_type = [&](int v) {
-    return fragments.at(calls_[values_[v].call].program->id).results.at(values_[v].output);
-  };
   std::vector<std::string> params, results, result_names;
   for (size_t i = 0; i < inputs_.size(); ++i) {
     auto [c, pos] = input_first_use_[i];
-    params.push_back("%i" + std::to_string(i) + ": " + fragments.at(calls_[c].program->id).params.at(pos));
+    params.push_back("%i" + std::to_string(i) + ": " + signature(*calls_[c].program).params.at(pos));
   }
+  for (auto [input, output] : aliases) params[input] += " {tf.aliasing_output = " + std::to_string(output) + " : i32}";
   std::string body;
   for (size_t c = 0; c < calls_.size(); ++c) {
     const Call& call = calls_[c];
-    const Fragment& f = fragments.at(call.program->id);
+    const Signature& f = signature(*call.program);
     std::vector<std::string> args;
     for (const Ref& r : call.args) args.push_back(r.input ? "%i" + std::to_string(r.index) : value_name(r.index));
     body += "    ";
     if (!f.results.empty())
       body += "%c" + std::to_string(c) + (f.results.size() > 1 ? ":" + std::to_string(f.results.size()) : "") + " = ";
-    body += "func.call " + f.name + "(" + join(args) + ") : (" + join(f.params) + ") -> (" + join(f.results) + ")\n";
+    body += "func.call " + names.at(call.program->id) + "(" + join(args) + ") : (" + join(f.params) + ") -> (" +
+            join(f.results) + ")\n";
   }
   for (int v : live) {
     result_names.push_back(value_name(v));
@@ -194,6 +195,25 @@ std::string FusedWindow::module_text(const std::vector<int>& live) const {
   }
   return "module @torch_tpu {\n" + functions + "  func.func public @main(" + join(params) + ") -> (" + join(results) +
          ") {\n" + body + "    \"func.return\"(" + join(result_names) + ") : (" + join(results) + ") -> ()\n  }\n}\n";
+}
+
+// Inputs the window holds the only reference to (a storage overwritten in the
+// window: an optimizer's parameters and state) are donated to a live output
+// of the same type, so XLA updates them in place instead of allocating.
+std::vector<std::pair<int, int>> FusedWindow::donations(const std::vector<int>& live) {
+  std::unordered_map<std::string, std::vector<int>> free_outputs;  // type -> live indices, last first
+  std::vector<std::pair<int, int>> aliases;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (inputs_[i].use_count() != 1) continue;
+    if (free_outputs.empty())
+      for (int j = static_cast<int>(live.size()) - 1; j >= 0; --j) free_outputs[value_type(live[j])].push_back(j);
+    auto [c, pos] = input_first_use_[i];
+    auto it = free_outputs.find(signature(*calls_[c].program).params.at(pos));
+    if (it == free_outputs.end() || it->second.empty()) continue;
+    aliases.emplace_back(static_cast<int>(i), it->second.back());
+    it->second.pop_back();
+  }
+  return aliases;
 }
 
 void FusedWindow::flush_locked(const char* reason) {
@@ -223,6 +243,14 @@ void FusedWindow::flush_locked(const char* reason) {
     append_int(key, static_cast<uint64_t>(v));
     key += ',';
   }
+  const auto aliases = donations(live);
+  key += "|a";
+  for (auto [input, output] : aliases) {
+    append_int(key, static_cast<uint64_t>(input));
+    key += ':';
+    append_int(key, static_cast<uint64_t>(output));
+    key += ',';
+  }
   bool built = false;
   std::vector<pjrt::BufferPtr> results;
   try {
@@ -236,7 +264,7 @@ void FusedWindow::flush_locked(const char* reason) {
             const TensorType& t = calls_[value.call].program->outputs.at(value.output);
             types.push_back({t.dtype, {t.numel()}});
           }
-          return ProgramSpec(module_text(live), types);
+          return ProgramSpec(module_text(live, aliases), types);
         },
         /*indexed=*/false);
     if (built) {
@@ -248,6 +276,7 @@ void FusedWindow::flush_locked(const char* reason) {
     }
     // Its outputs are storages already accounted for: no second memory check.
     results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false);
+    runtime_.count("fused_donated_buffers", static_cast<int64_t>(aliases.size()));
     if (debug_)
       for (const auto& r : results) r->await_ready();
   } catch (const std::exception& e) {

@@ -50,9 +50,19 @@ class FusedWindow {
     int call, output;
   };
 
+  // A recorded program's main: parameter and result types, and its text from
+  // the parameter list on (what a window's function of it is made of).
+  struct Signature {
+    std::vector<std::string> params, results;
+    std::string tail;
+  };
+
   void flush_locked(const char* reason);
   void clear();
-  std::string module_text(const std::vector<int>& live) const;
+  const Signature& signature(const Program& program);
+  const std::string& value_type(int v);
+  std::vector<std::pair<int, int>> donations(const std::vector<int>& live);
+  std::string module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases);
   // Runs the calls one program at a time (after the window failed as a
   // whole): names the op that fails, else fills `live` from these results.
   void replay(const std::vector<int>& live, const std::vector<pjrt::BufferPtr>& holders, const std::string& error);
@@ -70,7 +80,8 @@ class FusedWindow {
   std::unordered_map<PJRT_Buffer*, int> input_index_;
   std::vector<std::pair<int, int>> input_first_use_;  // (call, argument): where its type is declared
   std::string key_;
-  std::unordered_set<size_t> compiled_sequences_;  // hashes of op sequences (recompile detection)
+  std::unordered_map<uint64_t, Signature> signatures_;  // by program id
+  std::unordered_set<size_t> compiled_sequences_;       // hashes of op sequences (recompile detection)
 };
 
 }  // namespace torch_tpu::runtime
