@@ -26,10 +26,9 @@ std::vector<Value> mul(LoweringContext& c) {
   return {c.b.binary(c.out().dtype == DType::Bool ? Binary::And : Binary::Multiply, a, b)};
 }
 
-// div with rounding_mode None | "trunc" | "floor" (argument 2).
-std::vector<Value> div(LoweringContext& c) {
+// a / b rounded per `mode`: "" (true division) | "trunc" | "floor".
+Value divide(LoweringContext& c, const std::string& mode) {
   Value q = c.b.binary(Binary::Divide, c.operand_as_output(0), c.operand_as_output(1));
-  std::string mode = c.string(2);
   if (mode == "floor" && stablehlo::is_float(c.out().dtype)) q = c.b.unary(Unary::Floor, q);
   if (mode == "trunc" && stablehlo::is_float(c.out().dtype)) {
     Value zero = c.b.constant(0, c.out());
@@ -44,8 +43,14 @@ std::vector<Value> div(LoweringContext& c) {
     Value adjust = c.b.binary(Binary::And, inexact, signs_differ);
     q = c.b.select(adjust, c.b.binary(Binary::Subtract, q, c.b.constant(1, c.out())), q);
   }
-  return {q};
+  return q;
 }
+
+// div with rounding_mode None | "trunc" | "floor" (argument 2).
+std::vector<Value> div(LoweringContext& c) { return {divide(c, c.string(2))}; }
+
+// floor_divide(self, other) = div(self, other, rounding_mode="floor") (`//` on tensors).
+std::vector<Value> floor_divide(LoweringContext& c) { return {divide(c, "floor")}; }
 
 LoweringRule unary(Unary op) {
   return [op](LoweringContext& c) -> std::vector<Value> { return {c.b.unary(op, c.operand_as_output(0))}; };
@@ -323,6 +328,8 @@ LOWERING("aten::div.Tensor", div);
 LOWERING("aten::div.Scalar", div);
 LOWERING("aten::div.Tensor_mode", div);
 LOWERING("aten::div.Scalar_mode", div);
+LOWERING("aten::floor_divide", floor_divide);
+LOWERING("aten::floor_divide.Scalar", floor_divide);
 LOWERING("aten::neg", unary(Unary::Negate));
 LOWERING("aten::exp", unary(Unary::Exp));
 LOWERING("aten::tanh", unary(Unary::Tanh));
