@@ -6,7 +6,9 @@ its CPU kernel takes any float. On "tpu" every float dtype lowers, so the
 output shape is computed here for float16/float32 inputs of one dtype on the
 meta device (what the eager kernel asks) and for fake "tpu"/"cpu" tensors
 (what torch.compile traces); everything else goes to torch's own kernel,
-with its own checks.
+with its own checks. Torch's kernel is registered twice, at the dispatcher's
+Meta key and as the op's Python-dispatcher kernel (what tracing uses): ours
+replaces both.
 """
 
 import torch
@@ -35,4 +37,10 @@ def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
 
 
-_LIB.impl("_grouped_mm", _grouped_mm)
+def _replace_meta(op: torch._ops.OpOverload, fn) -> None:
+    _LIB.impl(op.__name__.split(".")[0], fn)
+    op.py_kernels.pop(torch._C.DispatchKey.Meta, None)
+    op.py_impl(torch._C.DispatchKey.Meta)(fn)
+
+
+_replace_meta(torch.ops.aten._grouped_mm.default, _grouped_mm)
