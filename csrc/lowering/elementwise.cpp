@@ -95,6 +95,24 @@ LoweringRule comparison(stablehlo::Compare dir) {
   };
 }
 
+// isin(elements, test_elements, *, assume_unique, invert): each element
+// compared with every test element (in their promoted dtype), any match.
+std::vector<Value> isin(LoweringContext& c) {
+  const TensorType& out = c.out();
+  const DType t = common_dtype(c, 0, 1);
+  Value tests = c.args[1].kind == LoweringArg::Tensor ? c.b.cast(c.tensor(1), t) : c.value_as(1, {t, {}});
+  tests = c.b.reshape(tests, {tests.type.numel()});
+  Shape all = out.shape;
+  all.push_back(tests.shape()[0]);
+  std::vector<int64_t> element_dims(out.rank()), last{out.rank()};
+  for (int64_t d = 0; d < out.rank(); ++d) element_dims[d] = d;
+  Value eq = c.b.compare(stablehlo::Compare::EQ, c.b.broadcast_in_dim(c.value_as(0, {t, out.shape}), all, element_dims),
+                         c.b.broadcast_in_dim(tests, all, last));
+  Value any = c.b.reduce(eq, c.b.scalar(0, DType::Bool), last, Binary::Or);
+  const bool invert = c.has(3) && c.args[3].b;
+  return {invert ? c.b.unary(Unary::Not, any) : any};
+}
+
 LoweringRule binary_op(Binary op) {
   return [op](LoweringContext& c) -> std::vector<Value> {
     return {c.b.binary(op, c.operand_as_output(0), c.operand_as_output(1))};
@@ -330,6 +348,9 @@ LOWERING("aten::div.Tensor_mode", div);
 LOWERING("aten::div.Scalar_mode", div);
 LOWERING("aten::floor_divide", floor_divide);
 LOWERING("aten::floor_divide.Scalar", floor_divide);
+LOWERING("aten::isin.Tensor_Tensor", isin);
+LOWERING("aten::isin.Tensor_Scalar", isin);
+LOWERING("aten::isin.Scalar_Tensor", isin);
 LOWERING("aten::neg", unary(Unary::Negate));
 LOWERING("aten::exp", unary(Unary::Exp));
 LOWERING("aten::tanh", unary(Unary::Tanh));
