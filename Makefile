@@ -48,7 +48,7 @@ bench: build
 	$(PY) benchmarks/dispatch.py
 
 lint: $(DEPS)
-	$(VENV)/bin/ruff check torch_tpu tests benchmarks && $(VENV)/bin/ruff format --check torch_tpu tests benchmarks
+	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples && $(VENV)/bin/ruff format --check torch_tpu tests benchmarks examples
 	clang-format --dry-run -Werror csrc/*/*.cpp csrc/*/*.h tests/cpp/*.cpp tests/cpp/*.h
 
 clean:
