@@ -50,7 +50,7 @@ def no_fallback():
 
 
 def gpt2():
-    cfg = hf.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=2)
+    cfg = hf.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=1, n_head=2)
     cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
     return hf.GPT2LMHeadModel(cfg)
 
@@ -60,7 +60,7 @@ def llama():
         vocab_size=VOCAB,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=1,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=64,
@@ -72,7 +72,7 @@ def bert(cls, **extra):
     cfg = hf.BertConfig(
         vocab_size=VOCAB,
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=64,
@@ -88,7 +88,7 @@ def mixtral():
         vocab_size=VOCAB,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=1,
         num_attention_heads=4,
         num_key_value_heads=2,
         num_local_experts=4,
@@ -199,7 +199,7 @@ def test_forward_and_training_step_match_cpu(mode, name):
 # torch.compile(backend="tpu") by itself on a "tpu" model (the prefill runs
 # eagerly).
 
-PROMPT, NEW_TOKENS = 5, 6
+PROMPT, NEW_TOKENS = 5, 4
 
 
 def generate_kwargs(mode, **kw):
@@ -237,7 +237,7 @@ def test_generation(mode, name):
     assert got.device.type == "tpu"
     assert got.cpu().tolist() == want.tolist()
     assert samples[0].tolist() == samples[1].tolist()
-    assert samples[0].tolist() != samples[2].tolist()  # 64^12 outcomes
+    assert samples[0].tolist() != samples[2].tolist()  # 64^8 outcomes
     for s in samples:
         assert s[:, :PROMPT].tolist() == ids.tolist()
         assert ((s >= 0) & (s < VOCAB)).all()
