@@ -7,7 +7,7 @@ BUILD  := build/py
 DEPS   := $(VENV)/.deps-installed
 # Pinned: the CPU build of torch on this machine's disk, and the XLA CPU PJRT
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
-PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2
+PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
 
 .PHONY: all demo test test-cpp test-debug test-python test-fused build system-deps lint clean bench
 
@@ -52,7 +52,7 @@ bench: build
 	$(PY) benchmarks/dispatch.py
 
 lint: $(DEPS)
-	$(VENV)/bin/ruff check torch_tpu tests benchmarks && $(VENV)/bin/ruff format --check torch_tpu tests benchmarks
+	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples && $(VENV)/bin/ruff format --check torch_tpu tests benchmarks examples
 	clang-format --dry-run -Werror csrc/*/*.cpp csrc/*/*.h tests/cpp/*.cpp tests/cpp/*.h
 
 clean:

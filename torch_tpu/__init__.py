@@ -38,7 +38,8 @@ torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
 # state: this sets it for the importing thread.
 torch.set_autocast_dtype("tpu", torch.bfloat16)
 
-from torch_tpu import _printing  # noqa: E402, F401  (installs tpu tensor printing)
+# _meta: float _grouped_mm shapes (see the module); _printing: tpu tensor printing.
+from torch_tpu import _meta, _printing  # noqa: E402, F401
 
 __all__ = [
     "mark_step",

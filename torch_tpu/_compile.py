@@ -58,9 +58,13 @@ class _Unsupported(Exception):
 
 
 def _encode(gm: torch.fx.GraphModule):
-    """The graph as (inputs, nodes, outputs) for _C._compile_graph, and its key."""
+    """The graph as (inputs, nodes, outputs) for _C._compile_graph, its key, and
+    the tensor constants the graph holds (get_attr nodes: a tensor the model
+    made, such as torch.tensor(...) in its forward): each becomes a program
+    input after the graph's own, passed on every call."""
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
-    inputs, nodes, outputs = [], [], []
+    inputs, nodes, outputs, constants = [], [], [], []
+    placeholders = sum(node.op == "placeholder" for node in gm.graph.nodes)
     keys = 0  # random keys: a random op's generator, fed fresh per call
 
     def arg(a):
@@ -86,6 +90,13 @@ def _encode(gm: torch.fx.GraphModule):
                 raise _Unsupported(f"a non-tensor graph input ({node.name})")
             refs[node] = ("v", -1, len(inputs))
             inputs.append(_types(val)[0])
+        elif node.op == "get_attr":
+            val = getattr(gm, node.target)
+            if not isinstance(val, torch.Tensor):
+                raise _Unsupported(f"a non-tensor constant ({node.target})")
+            refs[node] = ("v", -1, placeholders + len(constants))
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():  # compilers run under fake mode
+                constants.append(val.detach().to("tpu"))
         elif node.op == "call_function" and node.target is operator.getitem:
             refs[node] = refs[node.args[0]][node.args[1]]
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
@@ -119,20 +130,21 @@ def _encode(gm: torch.fx.GraphModule):
                 outputs.append(None if o is None else arg(o))
         else:
             raise _Unsupported(f"a {node.op} node ({node.target})")
+    inputs += [_types(t)[0] for t in constants]
     key = hashlib.sha256(repr((inputs, nodes, outputs)).encode()).hexdigest()
-    return inputs, nodes, outputs, keys, key
+    return inputs, nodes, outputs, keys, key, constants
 
 
 def _compiler(gm: torch.fx.GraphModule, example_inputs):
     try:
-        inputs, nodes, outputs, keys, key = _encode(gm)
+        inputs, nodes, outputs, keys, key, constants = _encode(gm)
         program = _C._compile_graph(key, inputs, nodes, outputs, keys)
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
         return make_boxed_func(gm.forward)
 
     def run(args):
-        result = _C._run_graph(program, list(args))
+        result = _C._run_graph(program, list(args) + constants)
         args.clear()
         return result
 

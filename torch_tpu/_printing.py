@@ -3,6 +3,9 @@
 PyTorch does the same for xla/lazy devices: the formatter runs a dozen small
 ops (masked_select, abs, min, max, ceil...) that would each compile a program.
 The suffixes (device, dtype, grad_fn) still come from the tpu tensor itself.
+A real tensor printed while a fake mode traces (torch.compile's logs print a
+graph's tensor constants) is formatted outside that mode: under it, the
+formatter's masked_select would have no data.
 """
 
 import torch
@@ -18,11 +21,12 @@ def _str(self, *, tensor_contents=None):
         and self.layout == torch.strided
         and self.numel() > 0
         and not self.is_meta
+        and not isinstance(self, torch._subclasses.FakeTensor)
     ):
-        cpu = self.detach().cpu()
-        if cpu.dtype in (torch.float16, torch.bfloat16):
-            cpu = cpu.float()
-        with torch.no_grad():
+        with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
+            cpu = self.detach().cpu()
+            if cpu.dtype in (torch.float16, torch.bfloat16):
+                cpu = cpu.float()
             tensor_contents = _tensor_str._tensor_str(cpu, len("tensor("))
     return _original_str(self, tensor_contents=tensor_contents)
 

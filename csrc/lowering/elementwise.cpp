@@ -26,10 +26,9 @@ std::vector<Value> mul(LoweringContext& c) {
   return {c.b.binary(c.out().dtype == DType::Bool ? Binary::And : Binary::Multiply, a, b)};
 }
 
-// div with rounding_mode None | "trunc" | "floor" (argument 2).
-std::vector<Value> div(LoweringContext& c) {
+// a / b rounded per `mode`: "" (true division) | "trunc" | "floor".
+Value divide(LoweringContext& c, const std::string& mode) {
   Value q = c.b.binary(Binary::Divide, c.operand_as_output(0), c.operand_as_output(1));
-  std::string mode = c.string(2);
   if (mode == "floor" && stablehlo::is_float(c.out().dtype)) q = c.b.unary(Unary::Floor, q);
   if (mode == "trunc" && stablehlo::is_float(c.out().dtype)) {
     Value zero = c.b.constant(0, c.out());
@@ -44,8 +43,14 @@ std::vector<Value> div(LoweringContext& c) {
     Value adjust = c.b.binary(Binary::And, inexact, signs_differ);
     q = c.b.select(adjust, c.b.binary(Binary::Subtract, q, c.b.constant(1, c.out())), q);
   }
-  return {q};
+  return q;
 }
+
+// div with rounding_mode None | "trunc" | "floor" (argument 2).
+std::vector<Value> div(LoweringContext& c) { return {divide(c, c.string(2))}; }
+
+// floor_divide(self, other) = div(self, other, rounding_mode="floor") (`//` on tensors).
+std::vector<Value> floor_divide(LoweringContext& c) { return {divide(c, "floor")}; }
 
 LoweringRule unary(Unary op) {
   return [op](LoweringContext& c) -> std::vector<Value> { return {c.b.unary(op, c.operand_as_output(0))}; };
@@ -88,6 +93,24 @@ LoweringRule comparison(stablehlo::Compare dir) {
     TensorType t{common_dtype(c, 0, 1), c.out().shape};
     return {c.b.compare(dir, c.value_as(0, t), c.value_as(1, t))};
   };
+}
+
+// isin(elements, test_elements, *, assume_unique, invert): each element
+// compared with every test element (in their promoted dtype), any match.
+std::vector<Value> isin(LoweringContext& c) {
+  const TensorType& out = c.out();
+  const DType t = common_dtype(c, 0, 1);
+  Value tests = c.args[1].kind == LoweringArg::Tensor ? c.b.cast(c.tensor(1), t) : c.value_as(1, {t, {}});
+  tests = c.b.reshape(tests, {tests.type.numel()});
+  Shape all = out.shape;
+  all.push_back(tests.shape()[0]);
+  std::vector<int64_t> element_dims(out.rank()), last{out.rank()};
+  for (int64_t d = 0; d < out.rank(); ++d) element_dims[d] = d;
+  Value eq = c.b.compare(stablehlo::Compare::EQ, c.b.broadcast_in_dim(c.value_as(0, {t, out.shape}), all, element_dims),
+                         c.b.broadcast_in_dim(tests, all, last));
+  Value any = c.b.reduce(eq, c.b.scalar(0, DType::Bool), last, Binary::Or);
+  const bool invert = c.has(3) && c.args[3].b;
+  return {invert ? c.b.unary(Unary::Not, any) : any};
 }
 
 LoweringRule binary_op(Binary op) {
@@ -323,6 +346,11 @@ LOWERING("aten::div.Tensor", div);
 LOWERING("aten::div.Scalar", div);
 LOWERING("aten::div.Tensor_mode", div);
 LOWERING("aten::div.Scalar_mode", div);
+LOWERING("aten::floor_divide", floor_divide);
+LOWERING("aten::floor_divide.Scalar", floor_divide);
+LOWERING("aten::isin.Tensor_Tensor", isin);
+LOWERING("aten::isin.Tensor_Scalar", isin);
+LOWERING("aten::isin.Scalar_Tensor", isin);
 LOWERING("aten::neg", unary(Unary::Negate));
 LOWERING("aten::exp", unary(Unary::Exp));
 LOWERING("aten::tanh", unary(Unary::Tanh));

@@ -125,5 +125,6 @@ LOWERING("graph:aten::full_like", filled(1));
 LOWERING("graph:aten::empty_like", empty);
 LOWERING("graph:aten::empty.memory_format", empty);
 LOWERING("graph:aten::empty_strided", empty);
+LOWERING("graph:aten::empty_permuted", empty);
 
 }  // namespace torch_tpu::lowering

@@ -192,6 +192,34 @@ std::vector<Value> scatter_reduce(LoweringContext& c) {
   throw Declined("scatter_reduce: reduce=\"" + reduce + "\" is not lowered");  // "mean": CPU fallback
 }
 
+// index_copy(self, dim, index, source) and index_add(self, dim, index,
+// source, *, alpha): slice k of source along dim written into (added to)
+// slice index[k] of self. One scatter, source's own dims as the window.
+LoweringRule index_write(ScatterCombine combine) {
+  return [combine](LoweringContext& c) -> std::vector<Value> {
+    const TensorType& out = c.out();
+    Value x = c.b.cast(c.tensor(0), out.dtype), src = c.b.cast(c.tensor(3), out.dtype);
+    if (x.rank() == 0) x = c.b.reshape(x, {1});
+    if (src.rank() == 0) src = c.b.reshape(src, {1});
+    const int64_t dim = normalize_dim(c.integer(1), x.rank()), size = x.shape()[dim];
+    const Value& index = c.tensor(2);
+    if (index.type.numel() == 0 || out.numel() == 0) return {c.tensor(0)};
+    Value i = c.b.reshape(c.b.cast(index, DType::Int64), {index.type.numel(), 1});
+    c.check_indices(i, size, false,
+                    "index_copy/index_add: index out of range for dimension " + std::to_string(dim) + " with size " +
+                        std::to_string(size));
+    if (combine == ScatterCombine::Add && c.has(4) && !c.is_number(4, 1))
+      src = c.b.binary(Binary::Multiply, src, c.value_as(4, src.type));
+    ScatterDims dims;
+    for (int64_t d = 0; d < src.rank(); ++d)
+      if (d != dim) dims.update_window_dims.push_back(d);
+    dims.inserted_window_dims = {dim};
+    dims.scatter_dims_to_operand_dims = {dim};
+    dims.index_vector_dim = 1;
+    return {c.b.reshape(c.b.scatter(x, i, src, dims, combine), out.shape)};
+  };
+}
+
 // index_fill(self, dim, index, value): whole slices of dim set to value.
 std::vector<Value> index_fill(LoweringContext& c) {
   const TensorType& out = c.out();
@@ -373,6 +401,8 @@ LOWERING("aten::scatter.value_reduce", scatter_reduce_legacy);
 LOWERING("aten::scatter_reduce.two", scatter_reduce);
 LOWERING("aten::index_fill.int_Scalar", index_fill);
 LOWERING("aten::index_fill.int_Tensor", index_fill);
+LOWERING("aten::index_copy", index_write(ScatterCombine::Replace));
+LOWERING("aten::index_add", index_write(ScatterCombine::Add));
 LOWERING("aten::index.Tensor", index);
 LOWERING("aten::index_put", index_put);
 LOWERING("aten::_index_put_impl", index_put);

@@ -35,11 +35,75 @@ std::vector<Value> dot(LoweringContext& c) {
   return {c.b.dot_general(a, b, {}, {}, {0}, {0})};
 }
 
+// Which group each of `n` rows (or columns) is in, as a mask [n, groups]:
+// `offs` holds each group's end (cumulative counts), so group g spans
+// [offs[g-1], offs[g]). Past the last end no group is set.
+Value group_mask(Builder& b, const Value& offs, int64_t n) {
+  const int64_t groups = offs.shape()[0];
+  Value ends = b.cast(offs, DType::Int64);
+  Value starts = b.concatenate({b.constant(0, {DType::Int64, {1}}), b.slice(ends, {0}, {groups - 1}, {1})}, 0);
+  const Shape shape{n, groups};
+  Value i = b.iota({DType::Int64, shape}, 0);
+  return b.binary(stablehlo::Binary::And, b.compare(stablehlo::Compare::GE, i, b.broadcast_in_dim(starts, shape, {1})),
+                  b.compare(stablehlo::Compare::LT, i, b.broadcast_in_dim(ends, shape, {1})));
+}
+
+// `x` broadcast into `shape` with the entries outside each group zeroed: the
+// group mask goes into dims (row_dim, group_dim); each list in increasing order.
+Value masked(Builder& b, const Value& x, const Value& mask, const Shape& shape, const std::vector<int64_t>& x_dims,
+             int64_t row_dim, int64_t group_dim) {
+  Value m = row_dim < group_dim ? b.broadcast_in_dim(mask, shape, {row_dim, group_dim})
+                                : b.broadcast_in_dim(b.transpose(mask, {1, 0}), shape, {group_dim, row_dim});
+  return b.binary(stablehlo::Binary::Multiply, b.broadcast_in_dim(x, shape, x_dims), b.convert(m, x.dtype()));
+}
+
+// _grouped_mm(self, mat2, offs, bias, out_dtype): one matmul per group
+// (mixture-of-experts layers). With offs, a 2-D operand is split into groups
+// along its rows (2-D x 3-D: [S, K] x [G, K, N] -> [S, N]), columns (3-D x
+// 2-D) or the contraction (2-D x 2-D -> [G, M, N], the weights' gradient);
+// 3-D x 3-D is bmm. Each is one dot_general over operands with the entries
+// outside each group zeroed: G times the FLOPs of the grouped products, no
+// data-dependent shapes, so one program serves every routing. Rows past the
+// last offset (which PyTorch leaves uninitialized) are 0.
+std::vector<Value> grouped_mm(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  Value a = c.b.cast(c.tensor(0), t), w = c.b.cast(c.tensor(1), t);
+  if (a.rank() == 3 && w.rank() == 3) {
+    if (c.has(2) || c.has(3)) throw Declined("_grouped_mm: 3-D x 3-D with offs or bias");
+    return {c.b.dot_general(a, w, {0}, {0}, {2}, {1})};
+  }
+  if (!c.has(2)) throw Declined("_grouped_mm: a 2-D operand without offs");
+  const Value& offs = c.tensor(2);
+  const int64_t g = offs.shape()[0];
+  if (a.rank() == 2 && w.rank() == 3) {  // [S, K] x [G, K, N]: rows grouped
+    const int64_t s = a.shape()[0], k = a.shape()[1];
+    Value mask = group_mask(c.b, offs, s);
+    Value spread = c.b.reshape(masked(c.b, a, mask, {s, g, k}, {0, 2}, 0, 1), {s, g * k});
+    Value y = c.b.dot_general(spread, c.b.reshape(w, {g * k, w.shape()[2]}), {}, {}, {1}, {0});
+    if (c.has(3))  // each row's group's bias
+      y = c.b.binary(stablehlo::Binary::Add, y,
+                     c.b.dot_general(c.b.convert(mask, t), c.b.cast(c.tensor(3), t), {}, {}, {1}, {0}));
+    return {y};
+  }
+  if (c.has(3)) throw Declined("_grouped_mm: bias with a grouped contraction or columns");
+  if (a.rank() == 2 && w.rank() == 2) {  // [M, S] x [S, N] -> [G, M, N]: contraction grouped
+    const int64_t m = a.shape()[0], s = a.shape()[1];
+    Value spread = masked(c.b, a, group_mask(c.b, offs, s), {g, m, s}, {1, 2}, 2, 0);
+    return {c.b.dot_general(spread, w, {}, {}, {2}, {0})};
+  }
+  // [G, M, K] x [K, N] -> [M, N]: columns grouped.
+  const int64_t m = a.shape()[1], n = w.shape()[1];
+  Value all = c.b.dot_general(a, w, {}, {}, {2}, {0});  // [G, M, N]
+  Value picked = masked(c.b, all, group_mask(c.b, offs, n), {g, m, n}, {0, 1, 2}, 2, 0);
+  return {c.b.reduce(picked, c.b.scalar(0, t), {0}, stablehlo::Binary::Add)};
+}
+
 }  // namespace
 
 LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
 LOWERING("aten::dot", dot);
+LOWERING("aten::_grouped_mm", grouped_mm);
 
 }  // namespace torch_tpu::lowering

@@ -334,6 +334,49 @@ std::vector<Value> vector_norm(LoweringContext& c) {
   return {as_out(c, r, 0)};
 }
 
+// histc(self, bins, min, max): counts of the elements in `bins` equal-width
+// bins over [min, max]; elements outside (and NaN) are not counted, max falls
+// in the last bin. min == max takes the data's range (widened by 1 each side
+// when that is a single value), as PyTorch does. Float inputs compute the bin
+// as PyTorch's CPU kernel does, (x - min) * bins / (max - min) truncated,
+// without its correction for values within rounding of an inner bin edge;
+// integer inputs compute it in integers, as CUDA does.
+std::vector<Value> histc(LoweringContext& c) {
+  const int64_t bins = c.integer(1);
+  const Value& x0 = c.tensor(0);
+  const bool is_float = stablehlo::is_float(x0.dtype());
+  const DType t = is_float ? accumulation_type(x0.dtype()) : DType::Int64;
+  const TensorType scalar{t, {}};
+  Value x = c.b.reshape(c.b.cast(x0, t), {x0.type.numel()});
+  Value lo = c.b.constant(c.number(2), scalar), hi = c.b.constant(c.number(3), scalar);
+  if (c.number(2) == c.number(3)) {
+    if (x0.type.numel() == 0) throw Declined("histc: empty input with min == max");
+    lo = c.b.reduce(x, highest(c.b, t), {0}, Binary::Minimum);
+    hi = c.b.reduce(x, lowest(c.b, t), {0}, Binary::Maximum);
+    Value same = c.b.compare(Compare::EQ, lo, hi), one = c.b.constant(1, scalar);
+    lo = c.b.select(same, c.b.binary(Binary::Subtract, lo, one), lo);
+    hi = c.b.select(same, c.b.binary(Binary::Add, hi, one), hi);
+  }
+  const Shape n = x.shape();
+  Value lo_n = c.b.broadcast_to(lo, n), hi_n = c.b.broadcast_to(hi, n);
+  Value valid = c.b.binary(Binary::And, c.b.compare(Compare::GE, x, lo_n), c.b.compare(Compare::LE, x, hi_n));
+  Value scaled = c.b.binary(Binary::Divide,
+                            c.b.binary(Binary::Multiply, c.b.binary(Binary::Subtract, x, lo_n),
+                                       c.b.constant(static_cast<double>(bins), {t, n})),
+                            c.b.binary(Binary::Subtract, hi_n, lo_n));
+  Value bin = c.b.cast(scaled, DType::Int64);
+  // max itself, and invalid elements (counted as 0 in bin 0), stay in range.
+  Value last = c.b.constant(static_cast<double>(bins - 1), {DType::Int64, n}), zero = c.b.constant(0, bin.type);
+  bin = c.b.select(valid, c.b.clamp(zero, bin, last), zero);
+  const TensorType& out = c.out();
+  Value ones = c.b.convert(valid, out.dtype);
+  stablehlo::ScatterDims dims;
+  dims.inserted_window_dims = {0};
+  dims.scatter_dims_to_operand_dims = {0};
+  dims.index_vector_dim = 1;
+  return {c.b.scatter(c.b.constant(0, out), c.b.reshape(bin, {n[0], 1}), ones, dims, stablehlo::ScatterCombine::Add)};
+}
+
 }  // namespace
 
 LOWERING("aten::sum.dim_IntList", sum);
@@ -363,5 +406,6 @@ LOWERING("aten::all.dims", any_all_dims(false));
 LOWERING("aten::logsumexp", logsumexp);
 LOWERING("aten::nansum", nansum);
 LOWERING("aten::linalg_vector_norm", vector_norm);
+LOWERING("aten::histc", histc);
 
 }  // namespace torch_tpu::lowering

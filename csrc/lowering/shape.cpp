@@ -1,5 +1,8 @@
 // Ops that move data without computing on it: cat, flip, roll, triu/tril,
 // constant padding, repeat. Shapes and dtypes come from PyTorch's meta kernel.
+#include <algorithm>
+#include <stdexcept>
+
 #include "lowering/registry.h"
 
 namespace torch_tpu::lowering {
@@ -116,6 +119,45 @@ std::vector<Value> repeat(LoweringContext& c) {
   return {c.b.reshape(c.b.broadcast_in_dim(padded, wide, dims), c.out().shape)};
 }
 
+// `self` with the entries start, start + step, ... along `dim` replaced by
+// `src` (of self's rank; what slicing's backward and functionalized slice
+// writes produce): src padded into place (interior padding for the step) and
+// selected by a mask padded the same way.
+Value scatter_slices(LoweringContext& c, const Value& src, int64_t dim, int64_t start, int64_t step) {
+  const TensorType& out = c.out();
+  Value self = c.b.cast(c.tensor(0), out.dtype);
+  const int64_t n = src.shape()[dim];
+  if (n == 0 || out.numel() == 0) return self;
+  std::vector<int64_t> low(out.rank(), 0), high(out.rank(), 0), interior(out.rank(), 0);
+  low[dim] = start;
+  interior[dim] = step - 1;
+  high[dim] = out.shape[dim] - (start + (n - 1) * step + 1);
+  Value placed = c.b.pad(c.b.cast(src, out.dtype), c.b.scalar(0, out.dtype), low, high, interior);
+  Value mask = c.b.pad(c.b.constant(1, {DType::Bool, src.shape()}), c.b.scalar(0, DType::Bool), low, high, interior);
+  return c.b.select(mask, placed, self);
+}
+
+// slice_scatter(self, src, dim, start, end, step)
+std::vector<Value> slice_scatter(LoweringContext& c) {
+  const int64_t rank = c.out().rank(), d = normalize_dim(c.has(2) ? c.integer(2) : 0, rank);
+  const int64_t size = c.out().shape[d];
+  int64_t start = c.has(3) ? c.integer(3) : 0;
+  if (start < 0) start += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  return {scatter_slices(c, c.tensor(1), d, start, c.has(5) ? c.integer(5) : 1)};
+}
+
+// select_scatter(self, src, dim, index)
+std::vector<Value> select_scatter(LoweringContext& c) {
+  const int64_t rank = c.out().rank(), d = normalize_dim(c.integer(2), rank);
+  int64_t i = c.integer(3);
+  if (i < 0) i += c.out().shape[d];
+  if (i < 0 || i >= c.out().shape[d]) throw std::out_of_range("select_scatter: index out of range");
+  Shape one = c.out().shape;
+  one[d] = 1;
+  return {scatter_slices(c, c.b.reshape(c.tensor(1), one), d, i, 1)};
+}
+
 }  // namespace
 
 LOWERING("aten::cat", cat);
@@ -125,5 +167,7 @@ LOWERING("aten::triu", triangle(Compare::GE));
 LOWERING("aten::tril", triangle(Compare::LE));
 LOWERING("aten::constant_pad_nd", constant_pad_nd);
 LOWERING("aten::repeat", repeat);
+LOWERING("aten::slice_scatter", slice_scatter);
+LOWERING("aten::select_scatter", select_scatter);
 
 }  // namespace torch_tpu::lowering
