@@ -43,8 +43,9 @@ test-python: build
 	$(PY) -m pytest tests/python -q
 
 # The Python suite again in Fused mode: every op recorded and run in fused windows.
+# (test_hf.py runs every mode itself.)
 test-fused: build
-	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings
+	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py
 
 test: test-cpp test-debug test-python test-fused
 

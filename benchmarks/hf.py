@@ -14,8 +14,7 @@ execution path, all measured in the same run:
   step itself with backend "tpu" on a "tpu" model).
 
 The compiled paths compile the model's forward and backward; the optimizer
-step stays eager. Fused eager prints "n/a" until `set_eager_mode("fused")`
-exists.
+step stays eager.
 
     python benchmarks/hf.py [--steps N] [--batch N] [--context N] [--new-tokens N] [--paths a,b] [--threads N]
 """

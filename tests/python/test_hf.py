@@ -6,10 +6,10 @@ network): GPT-2, Llama, BERT (masked LM and sequence classification) and
 Mixtral (mixture of experts: routing with topk, sort, histc, grouped matmuls).
 Each starts from the same weights on both devices and sees the same token ids.
 
-Modes: "strict" runs the model eagerly in Strict mode; "compile" runs it
-through torch.compile(backend="tpu") (forward and backward one executable
-each). A mode is a parameter of every test, so that Fused eager can be added
-as one more entry.
+Modes: "strict" and "fused" run the model eagerly in that eager mode;
+"compile" runs it through torch.compile(backend="tpu") (forward and backward
+one executable each). A mode is a parameter of every test, so `make test`'s
+Fused pass leaves this file out.
 
 Tolerances: XLA sums float32 matmuls and reductions in another order than
 PyTorch's CPU kernels, so logits, losses and gradients differ by float32
@@ -35,7 +35,7 @@ from conftest import compare_fn
 
 import torch_tpu
 
-MODES = ["strict", "compile"]
+MODES = ["strict", "fused", "compile"]
 VOCAB, SEQ, BATCH = 64, 8, 2
 LR = 1e-3
 
