@@ -1,6 +1,7 @@
 #include "runtime/fused_window.h"
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -275,7 +276,11 @@ void FusedWindow::flush_locked(const char* reason) {
       runtime_.count("fused_window_hits");
     }
     // Its outputs are storages already accounted for: no second memory check.
+    const auto launch = std::chrono::steady_clock::now();
     results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false);
+    runtime_.count(
+        "fused_launch_us",
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - launch).count());
     runtime_.count("fused_donated_buffers", static_cast<int64_t>(aliases.size()));
     if (debug_)
       for (const auto& r : results) r->await_ready();
