@@ -61,6 +61,7 @@ def _encode(gm: torch.fx.GraphModule):
     """The graph as (inputs, nodes, outputs) for _C._compile_graph, and its key."""
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
     inputs, nodes, outputs = [], [], []
+    host_inputs, host_outputs = [], []  # CPU tensors in the graph (an eager optimizer's step counts)
     keys = 0  # random keys: a random op's generator, fed fresh per call
 
     def arg(a):
@@ -84,6 +85,8 @@ def _encode(gm: torch.fx.GraphModule):
             val = node.meta.get("val")
             if not isinstance(val, torch.Tensor):
                 raise _Unsupported(f"a non-tensor graph input ({node.name})")
+            if val.device.type == "cpu":
+                host_inputs.append(len(inputs))
             refs[node] = ("v", -1, len(inputs))
             inputs.append(_types(val)[0])
         elif node.op == "call_function" and node.target is operator.getitem:
@@ -116,24 +119,32 @@ def _encode(gm: torch.fx.GraphModule):
             refs[node] = rs if multi else rs[0]
         elif node.op == "output":
             for o in node.args[0]:
+                val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+                if isinstance(val, torch.Tensor) and val.device.type == "cpu":
+                    host_outputs.append(len(outputs))
                 outputs.append(None if o is None else arg(o))
         else:
             raise _Unsupported(f"a {node.op} node ({node.target})")
     key = hashlib.sha256(repr((inputs, nodes, outputs)).encode()).hexdigest()
-    return inputs, nodes, outputs, keys, key
+    return inputs, nodes, outputs, keys, key, host_inputs, host_outputs
 
 
 def _compiler(gm: torch.fx.GraphModule, example_inputs):
     try:
-        inputs, nodes, outputs, keys, key = _encode(gm)
+        inputs, nodes, outputs, keys, key, host_inputs, host_outputs = _encode(gm)
         program = _C._compile_graph(key, inputs, nodes, outputs, keys)
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
         return make_boxed_func(gm.forward)
 
     def run(args):
-        result = _C._run_graph(program, list(args))
+        args = list(args) if host_inputs else args
+        for i in host_inputs:  # CPU scalars (step counts) join the program as device values
+            args[i] = args[i].to("tpu")
+        result = _C._run_graph(program, args)
         args.clear()
+        for i in host_outputs:  # and go back to the CPU where the graph says so
+            result[i] = result[i].cpu()
         return result
 
     run._boxed_call = True

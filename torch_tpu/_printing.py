@@ -5,6 +5,8 @@ ops (masked_select, abs, min, max, ceil...) that would each compile a program.
 The suffixes (device, dtype, grad_fn) still come from the tpu tensor itself.
 """
 
+import sys
+
 import torch
 import torch._tensor_str as _tensor_str
 
@@ -18,6 +20,7 @@ def _str(self, *, tensor_contents=None):
         and self.layout == torch.strided
         and self.numel() > 0
         and not self.is_meta
+        and not _is_fake(self)
     ):
         cpu = self.detach().cpu()
         if cpu.dtype in (torch.float16, torch.bfloat16):
@@ -25,6 +28,12 @@ def _str(self, *, tensor_contents=None):
         with torch.no_grad():
             tensor_contents = _tensor_str._tensor_str(cpu, len("tensor("))
     return _original_str(self, tensor_contents=tensor_contents)
+
+
+def _is_fake(t) -> bool:
+    """A FakeTensor (torch.compile's tracing, its logs) has no values to copy; PyTorch prints it as "..."."""
+    fake_tensor = sys.modules.get("torch._subclasses.fake_tensor")  # only loaded once tracing has started
+    return fake_tensor is not None and isinstance(t, fake_tensor.FakeTensor)
 
 
 _tensor_str._str = _str
