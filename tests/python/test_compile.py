@@ -199,19 +199,38 @@ def test_dropout_in_a_compiled_graph():
     torch.testing.assert_close(first[kept], torch.full_like(first[kept], 1 / 0.7))
 
 
-def test_demo_gpt_compiled_matches_cpu():
+@pytest.mark.parametrize("compile_update", [False, True], ids=["update_eager", "update_compiled"])
+def test_demo_gpt_compiled_matches_cpu(compile_update):
     from torch_tpu import demo
 
     tok = demo.CharTokenizer(demo.load_corpus())
     data = tok.encode(demo.load_corpus())
     cpu = demo.make_model(tok.vocab_size, seed=0, dropout=0.0)
-    tpu = copy.deepcopy(cpu)
+    tpu, eager = copy.deepcopy(cpu), copy.deepcopy(cpu)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        tpu_losses = demo.train(tpu, data, "tpu", steps=4, batch_size=8, lr=3e-3, seed=0, progress=False, compile=True)
+        tpu_losses = demo.train(
+            tpu,
+            data,
+            "tpu",
+            steps=4,
+            batch_size=8,
+            lr=3e-3,
+            seed=0,
+            progress=False,
+            compile=True,
+            compile_update=compile_update,
+        )
     cpu_losses = demo.train(cpu, data, "cpu", steps=4, batch_size=8, lr=3e-3, seed=0, progress=False)
+    eager_losses = demo.train(eager, data, "tpu", steps=4, batch_size=8, lr=3e-3, seed=0, progress=False)
     assert not [w for w in caught if "runs eagerly" in str(w.message)]
     assert tpu_losses == pytest.approx(cpu_losses, rel=1e-4, abs=1e-5)
+    assert tpu_losses == pytest.approx(eager_losses, rel=1e-4, abs=1e-5)
+    for (key, a), b, e in zip(
+        tpu.state_dict().items(), cpu.state_dict().values(), eager.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-4, atol=2e-4, msg=lambda m, k=key: f"{k} vs CPU: {m}")
+        torch.testing.assert_close(a.cpu(), e.cpu(), rtol=1e-4, atol=2e-4, msg=lambda m, k=key: f"{k} vs eager: {m}")
 
 
 def test_dump_dir_and_metrics(tmp_path, monkeypatch):
