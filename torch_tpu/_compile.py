@@ -60,7 +60,7 @@ class _Unsupported(Exception):
 def _encode(gm: torch.fx.GraphModule):
     """The graph as (inputs, nodes, outputs) for _C._compile_graph, and its key."""
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
-    inputs, nodes, outputs = [], [], []
+    inputs, nodes, outputs, mutations = [], [], [], []
     host_inputs, host_outputs = [], []  # CPU tensors in the graph (an eager optimizer's step counts)
     keys = 0  # random keys: a random op's generator, fed fresh per call
 
@@ -91,6 +91,16 @@ def _encode(gm: torch.fx.GraphModule):
             inputs.append(_types(val)[0])
         elif node.op == "call_function" and node.target is operator.getitem:
             refs[node] = refs[node.args[0]][node.args[1]]
+        elif node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+            # AOTAutograd keeps an input's overwrite in the graph (keep_inference_input_mutations):
+            # the new value, in the input's type, is written back (and the buffer donated) in C++.
+            dst, src = node.args[0], node.args[1]
+            if dst.op != "placeholder" or any(m[0] == refs[dst][2] for m in mutations):
+                raise _Unsupported(f"copy_ into {dst.name}, which is not a graph input or is overwritten twice")
+            k = len(nodes)
+            nodes.append(("aten::copy", [arg(dst), arg(src), False], _types(node.meta.get("val"))))
+            refs[node] = ("v", k, 0)
+            mutations.append((refs[dst][2], refs[node]))
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             schema = node.target._schema
             args = []
@@ -125,23 +135,30 @@ def _encode(gm: torch.fx.GraphModule):
                 outputs.append(None if o is None else arg(o))
         else:
             raise _Unsupported(f"a {node.op} node ({node.target})")
-    key = hashlib.sha256(repr((inputs, nodes, outputs)).encode()).hexdigest()
-    return inputs, nodes, outputs, keys, key, host_inputs, host_outputs
+    key = hashlib.sha256(repr((inputs, nodes, outputs, mutations)).encode()).hexdigest()
+    return inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs
 
 
 def _compiler(gm: torch.fx.GraphModule, example_inputs):
     try:
-        inputs, nodes, outputs, keys, key, host_inputs, host_outputs = _encode(gm)
-        program = _C._compile_graph(key, inputs, nodes, outputs, keys)
+        inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs = _encode(gm)
+        program = _C._compile_graph(key, inputs, nodes, outputs, keys, mutations)
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
         return make_boxed_func(gm.forward)
 
+    host_mutated = [i for i, _ in mutations if i in host_inputs]
+
     def run(args):
-        args = list(args) if host_inputs else args
-        for i in host_inputs:  # CPU scalars (step counts) join the program as device values
-            args[i] = args[i].to("tpu")
+        if host_inputs:  # CPU scalars (step counts) join the program as device values
+            host = {i: args[i] for i in host_mutated}
+            args = list(args)
+            for i in host_inputs:
+                args[i] = args[i].to("tpu")
         result = _C._run_graph(program, args)
+        if host_inputs:
+            for i, t in host.items():  # the graph overwrote the device copy: back to the CPU tensor
+                t.copy_(args[i])
         args.clear()
         for i in host_outputs:  # and go back to the CPU where the graph says so
             result[i] = result[i].cpu()
@@ -151,4 +168,12 @@ def _compiler(gm: torch.fx.GraphModule, example_inputs):
     return run
 
 
-tpu_backend = aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler, decompositions=core_aten_decompositions())
+# keep_inference_input_mutations: an input overwritten under no_grad (optimizer
+# updates) or that needs no grad (batch-norm statistics) stays a copy_ in the
+# graph, so the program writes it back itself and can donate its buffer.
+tpu_backend = aot_autograd(
+    fw_compiler=_compiler,
+    bw_compiler=_compiler,
+    decompositions=core_aten_decompositions(),
+    keep_inference_input_mutations=True,
+)

@@ -9,6 +9,11 @@
 //            an arg is a ref ("v", k, j), a list of refs/None, or a constant
 //            (None, bool, int, float, str, list of ints or floats)
 //   outputs: [ref or None, ...]
+//   mutations: [(input index, ref), ...]  graph inputs the graph overwrites
+//            (AOTAutograd keeps such copy_ in the graph: batch-norm statistics,
+//            optimizer updates under no_grad); written back into the input's
+//            storage here, and the input's buffer donated to that output
+//            where nothing else holds it.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -36,6 +41,12 @@ struct GraphProgram {
   std::vector<int> output_slots;  // per graph output: its program output, or -1 for None
   int num_keys = 0;               // random keys the program reads after the inputs, one per random op
   std::string name;               // for error messages
+  struct Mutation {
+    int input, slot;  // graph input overwritten by program output `slot`
+    bool aliased;     // the program aliases that input's buffer to the output (donation possible)
+  };
+  std::vector<Mutation> mutations;
+  size_t num_inputs = 0;
 };
 
 TensorType tensor_type(const py::handle& t) {
@@ -124,9 +135,10 @@ const lowering::LoweringRule* rule_for(const std::string& op) {
 }
 
 std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::list& inputs, const py::list& nodes,
-                                            const py::list& outputs, int num_keys) {
+                                            const py::list& outputs, int num_keys, const py::list& mutations) {
   auto graph = std::make_shared<GraphProgram>();
   graph->num_keys = num_keys;
+  graph->num_inputs = inputs.size();
   graph->name = "compiled graph " + key.substr(0, 16);
   // Which program output each graph output is (outputs that repeat a value,
   // or are None, need no slot of their own).
@@ -141,6 +153,25 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
     auto it = std::find(slot_refs.begin(), slot_refs.end(), r);
     graph->output_slots.push_back(static_cast<int>(it - slot_refs.begin()));
     if (it == slot_refs.end()) slot_refs.push_back(r);
+  }
+  // Each overwritten input gets a program output of its own, after the graph's outputs.
+  std::vector<std::pair<int, int>> mutation_refs;
+  for (auto m : mutations) {
+    auto pair = m.cast<py::tuple>();
+    auto ref = pair[1].cast<py::tuple>();
+    const int input = pair[0].cast<int>(), slot = static_cast<int>(slot_refs.size() + mutation_refs.size());
+    const int k = ref[1].cast<int>(), j = ref[2].cast<int>();
+    for (const auto& other : graph->mutations)
+      if (other.input == input) throw lowering::Declined("an input overwritten twice in one graph");
+    // The value's type from the encoding (known without building: the program may come from a cache).
+    const TensorType in = tensor_type(inputs[input]);
+    const TensorType value =
+        k < 0 ? tensor_type(inputs[j]) : tensor_type(nodes[k].cast<py::tuple>()[2].cast<py::list>()[j]);
+    if (value.dtype != in.dtype || value.numel() != in.numel())
+      throw lowering::Declined("an input overwritten by a value of another type: " + value.str() + " into " + in.str());
+    // Writing an input back unchanged needs no alias.
+    graph->mutations.push_back({input, slot, !(k < 0 && j == input)});
+    mutation_refs.emplace_back(k, j);
   }
   graph->program = Runtime::get().program("graph|" + key, [&] {
     GraphBuilder g;
@@ -184,11 +215,21 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       flat.push_back(g.b.reshape(v, {v.type.numel()}));
       types.push_back(v.type);
     }
+    std::vector<std::pair<size_t, size_t>> aliases;
+    for (size_t m = 0; m < mutation_refs.size(); ++m) {
+      const auto& [k, j] = mutation_refs[m];
+      const auto& mutation = graph->mutations[m];
+      const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+      if (v.name.empty()) throw lowering::Declined("an input is overwritten by an undefined value");
+      flat.push_back(g.b.reshape(v, {v.type.numel()}));
+      types.push_back(v.type);
+      if (mutation.aliased) aliases.emplace_back(mutation.input, mutation.slot);
+    }
     for (const Value& f : flags) {
       flat.push_back(f);
       types.push_back(f.type);
     }
-    std::string mlir = g.b.module(flat);
+    std::string mlir = g.b.module(flat, aliases);
     Runtime::get().count("compiled_graphs");
     // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
     if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
@@ -213,12 +254,33 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
     buffers.push_back(aten::read_dense(t));
     raw.push_back(buffers.back()->raw());
   }
+  TORCH_CHECK(inputs.size() == graph.num_inputs, "torch_tpu: ", graph.name, " takes ", graph.num_inputs,
+              " inputs, got ", inputs.size());
+  // Donate an overwritten input's buffer only when the input's storage is its
+  // sole holder (the storage and `buffers` here: no other storage, view read
+  // or argument shares it), so no live tensor can see the donated buffer; the
+  // storage takes the output right after the launch. Otherwise XLA copies.
+  std::vector<int64_t> keep;
+  int64_t donated = 0;
+  for (const auto& m : graph.mutations) {
+    if (!m.aliased) continue;
+    const auto& buffer = buffers[m.input];
+    const auto& storage = aten::storage_of(inputs[m.input]);
+    const bool sole =
+        storage.value == buffer && buffer.use_count() == 2 && std::count(raw.begin(), raw.end(), buffer->raw()) == 1;
+    if (sole)
+      ++donated;
+    else
+      keep.push_back(m.input);
+  }
   const auto& generator = aten::default_generator(static_cast<c10::DeviceIndex>(dev));
   for (int k = 0; k < graph.num_keys; ++k) {  // a fresh key per random op and call, as in eager
     buffers.push_back(aten::upload(aten::next_key_tensor(generator, graph.name), dev));
     raw.push_back(buffers.back()->raw());
   }
-  std::vector<pjrt::BufferPtr> results = runtime.execute(*graph.program, raw, dev, graph.name.c_str());
+  std::vector<pjrt::BufferPtr> results = runtime.execute(*graph.program, raw, dev, graph.name.c_str(), keep);
+  for (const auto& m : graph.mutations) aten::write_dense(inputs[m.input], results.at(m.slot));
+  if (donated) runtime.count("donated_buffers", donated);
   const size_t n = results.size() - graph.program->checks.size();
   for (size_t j = 0; j < graph.program->checks.size(); ++j)
     runtime.defer_check(results[n + j], graph.program->checks[j]);

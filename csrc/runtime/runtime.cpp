@@ -307,10 +307,10 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
 }
 
 std::vector<pjrt::BufferPtr> Runtime::execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
-                                              const char* what) {
+                                              const char* what, const std::vector<int64_t>& keep) {
   check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
-  auto outputs = program.executable->execute(args, this->device(device));
+  auto outputs = program.executable->execute(args, this->device(device), keep);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& pending = pending_[device];

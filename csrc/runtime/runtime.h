@@ -105,8 +105,10 @@ class Runtime {
   ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build);
   // Runs `program` on `device`, not waiting for it unless the mode is Debug.
   // Throws OutOfMemory, before running, when its outputs cannot fit.
+  // `keep`: arguments the program aliases to outputs that must not be donated
+  // (see pjrt::Executable::execute).
   std::vector<pjrt::BufferPtr> execute(const Program& program, const std::vector<PJRT_Buffer*>& args, int device,
-                                       const char* what);
+                                       const char* what, const std::vector<int64_t>& keep = {});
 
   // Waits for everything launched on `device` so far; raises the first device
   // error, or DeviceCheckFailed for a failed deferred check.
