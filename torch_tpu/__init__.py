@@ -50,12 +50,23 @@ __all__ = [
 
 
 def metrics() -> dict:
-    """Counters of the runtime: compiles, cache_hits, executions, transfers."""
-    return dict(_C.metrics())
+    """Counters of the runtime: compiles, cache_hits, executions, transfers, and
+    (once torch.compile(backend="tpu") has run) its graphs: graph_compile_ms (per
+    graph, keyed "<Dynamo compile id> <forward|backward|inference>"), graph cache
+    hits (graph_cache_hits_memory, graph_cache_hits_disk) and misses, recompiles
+    and recompile_reasons (the guard that failed, per recompile)."""
+    m = dict(_C.metrics())
+    compile_module = sys.modules.get("torch_tpu._compile")  # loaded by the first torch.compile
+    if compile_module is not None:
+        m.update(compile_module._metrics())
+    return m
 
 
 def reset_metrics() -> None:
     _C.reset_metrics()
+    compile_module = sys.modules.get("torch_tpu._compile")
+    if compile_module is not None:
+        compile_module._reset_metrics()
 
 
 def get_eager_mode() -> str:

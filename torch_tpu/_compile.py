@@ -5,8 +5,11 @@ resulting ATen graph is encoded as a node list and lowered in C++
 executable. A graph with an op that has no rule runs eagerly (in the current
 eager mode) with one warning naming the op."""
 
+import contextlib
+import functools
 import hashlib
 import operator
+import time
 import warnings
 
 import torch
@@ -139,13 +142,69 @@ def _encode(gm: torch.fx.GraphModule):
     return inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs
 
 
-def _compiler(gm: torch.fx.GraphModule, example_inputs):
+# What torch_tpu.metrics() reports about compiled graphs (see _metrics()).
+_GRAPH_COMPILE_MS: dict[str, float] = {}  # "<dynamo compile id> <forward|backward|inference>" -> ms
+_RECOMPILES: list[dict] = []  # one per Dynamo recompile that reached this backend
+
+
+def _compile_id():
+    cid = torch._guards.CompileContext.current_compile_id()
+    return cid, str(cid) if cid is not None else "?"
+
+
+def _recompile_reason():
+    """The guard that failed, as Dynamo recorded it for the compile in progress."""
+    try:
+        from torch._dynamo.utils import get_metrics_context
+
+        context = get_metrics_context()
+        return getattr(context, "_metrics", {}).get("recompile_reason") if context.in_progress() else None
+    except Exception:  # a torch without the metrics context: resolved later from get_compilation_metrics()
+        return None
+
+
+def _note_recompile(cid, name):
+    """Records a recompile (Dynamo compiling a frame again after a guard failed), once per compile id."""
+    if cid is None or not getattr(cid, "frame_compile_id", 0) or any(r["compile_id"] == name for r in _RECOMPILES):
+        return
+    _RECOMPILES.append({"compile_id": name, "function": None, "reason": _recompile_reason()})
+
+
+def _metrics() -> dict:
+    """Per-graph compile times and recompiles with the guard that failed, for torch_tpu.metrics()."""
+    missing = [r for r in _RECOMPILES if not r["reason"] or not r["function"]]
+    if missing:  # filled in from Dynamo's record of finished compiles
+        with contextlib.suppress(Exception):
+            from torch._dynamo.utils import get_compilation_metrics
+
+            done = {str(m.compile_id): m for m in get_compilation_metrics()}
+            for r in missing:
+                if (m := done.get(r["compile_id"])) is not None:
+                    r["reason"] = r["reason"] or m.recompile_reason
+                    r["function"] = f"{m.co_name} ({m.co_filename}:{m.co_firstlineno})"
+    return {
+        "graph_compile_ms": dict(_GRAPH_COMPILE_MS),
+        "recompiles": len(_RECOMPILES),
+        "recompile_reasons": [dict(r) for r in _RECOMPILES],
+    }
+
+
+def _reset_metrics() -> None:
+    _GRAPH_COMPILE_MS.clear()
+    _RECOMPILES.clear()
+
+
+def _compiler(gm: torch.fx.GraphModule, example_inputs, kind: str):
+    cid, cid_name = _compile_id()
+    _note_recompile(cid, cid_name)
+    start = time.perf_counter()
     try:
         inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs = _encode(gm)
         program = _C._compile_graph(key, inputs, nodes, outputs, keys, mutations)
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
         return make_boxed_func(gm.forward)
+    _GRAPH_COMPILE_MS[f"{cid_name} {kind}"] = (time.perf_counter() - start) * 1e3
 
     host_mutated = [i for i, _ in mutations if i in host_inputs]
 
@@ -172,8 +231,9 @@ def _compiler(gm: torch.fx.GraphModule, example_inputs):
 # updates) or that needs no grad (batch-norm statistics) stays a copy_ in the
 # graph, so the program writes it back itself and can donate its buffer.
 tpu_backend = aot_autograd(
-    fw_compiler=_compiler,
-    bw_compiler=_compiler,
+    fw_compiler=functools.partial(_compiler, kind="forward"),
+    bw_compiler=functools.partial(_compiler, kind="backward"),
+    inference_compiler=functools.partial(_compiler, kind="inference"),
     decompositions=core_aten_decompositions(),
     keep_inference_input_mutations=True,
 )

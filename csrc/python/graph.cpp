@@ -17,6 +17,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,8 @@ struct GraphProgram {
   };
   std::vector<Mutation> mutations;
   size_t num_inputs = 0;
+  std::string source;     // where the executable came from: "memory", "disk" or "compiled"
+  double compile_ms = 0;  // lowering and compiling (or loading) it
 };
 
 TensorType tensor_type(const py::handle& t) {
@@ -173,71 +176,92 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
     graph->mutations.push_back({input, slot, !(k < 0 && j == input)});
     mutation_refs.emplace_back(k, j);
   }
-  graph->program = Runtime::get().program("graph|" + key, [&] {
-    GraphBuilder g;
-    std::vector<TensorType> input_types;
-    for (auto in : inputs) {
-      input_types.push_back(tensor_type(in));
-      g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
-    }
-    for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
-    for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
-    std::vector<Value> flags;
-    std::vector<std::string> messages;
-    for (auto node_handle : nodes) {
-      auto node = node_handle.cast<py::tuple>();
-      const std::string op = node[0].cast<std::string>();
-      const auto* rule = rule_for(op);
-      if (!rule) throw lowering::Declined(op + " has no tpu lowering");
-      std::vector<LoweringArg> args;
-      for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
-      std::vector<TensorType> outs;
-      for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
-      lowering::LoweringContext ctx{g.b, args, outs};
-      std::vector<Value> results = (*rule)(ctx);
-      for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {
-        if (results[k].name.empty()) continue;
-        if (results[k].type.numel() != outs[k].numel())
-          throw std::runtime_error("torch_tpu.compile: the lowering of " + op + " produced " + results[k].type.str() +
-                                   " where the graph expects " + outs[k].str());
-        results[k] = g.b.reshape(g.b.cast(results[k], outs[k].dtype), outs[k].shape);
-      }
-      for (auto& check : ctx.checks) {
-        flags.push_back(g.b.reshape(check.ok, {1}));
-        messages.push_back(check.message + " (in " + op + " of a compiled graph)");
-      }
-      g.node_values.push_back(std::move(results));
-    }
-    std::vector<Value> flat;
-    std::vector<TensorType> types;
-    for (const auto& [k, j] : slot_refs) {
-      const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
-      flat.push_back(g.b.reshape(v, {v.type.numel()}));
-      types.push_back(v.type);
-    }
-    std::vector<std::pair<size_t, size_t>> aliases;
-    for (size_t m = 0; m < mutation_refs.size(); ++m) {
-      const auto& [k, j] = mutation_refs[m];
-      const auto& mutation = graph->mutations[m];
-      const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
-      if (v.name.empty()) throw lowering::Declined("an input is overwritten by an undefined value");
-      flat.push_back(g.b.reshape(v, {v.type.numel()}));
-      types.push_back(v.type);
-      if (mutation.aliased) aliases.emplace_back(mutation.input, mutation.slot);
-    }
-    for (const Value& f : flags) {
-      flat.push_back(f);
-      types.push_back(f.type);
-    }
-    std::string mlir = g.b.module(flat, aliases);
-    Runtime::get().count("compiled_graphs");
-    // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
-    if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
-      std::filesystem::create_directories(dir);
-      std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
-    }
-    return runtime::ProgramSpec(std::move(mlir), types, messages);
-  });
+  const auto start = std::chrono::steady_clock::now();
+  runtime::ProgramSource source = runtime::ProgramSource::Compiled;
+  graph->program = Runtime::get().program(
+      "graph|" + key,
+      [&] {
+        GraphBuilder g;
+        std::vector<TensorType> input_types;
+        for (auto in : inputs) {
+          input_types.push_back(tensor_type(in));
+          g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
+        }
+        for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
+        for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
+        std::vector<Value> flags;
+        std::vector<std::string> messages;
+        for (auto node_handle : nodes) {
+          auto node = node_handle.cast<py::tuple>();
+          const std::string op = node[0].cast<std::string>();
+          const auto* rule = rule_for(op);
+          if (!rule) throw lowering::Declined(op + " has no tpu lowering");
+          std::vector<LoweringArg> args;
+          for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
+          std::vector<TensorType> outs;
+          for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
+          lowering::LoweringContext ctx{g.b, args, outs};
+          std::vector<Value> results = (*rule)(ctx);
+          for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {
+            if (results[k].name.empty()) continue;
+            if (results[k].type.numel() != outs[k].numel())
+              throw std::runtime_error("torch_tpu.compile: the lowering of " + op + " produced " +
+                                       results[k].type.str() + " where the graph expects " + outs[k].str());
+            results[k] = g.b.reshape(g.b.cast(results[k], outs[k].dtype), outs[k].shape);
+          }
+          for (auto& check : ctx.checks) {
+            flags.push_back(g.b.reshape(check.ok, {1}));
+            messages.push_back(check.message + " (in " + op + " of a compiled graph)");
+          }
+          g.node_values.push_back(std::move(results));
+        }
+        std::vector<Value> flat;
+        std::vector<TensorType> types;
+        for (const auto& [k, j] : slot_refs) {
+          const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+          flat.push_back(g.b.reshape(v, {v.type.numel()}));
+          types.push_back(v.type);
+        }
+        std::vector<std::pair<size_t, size_t>> aliases;
+        for (size_t m = 0; m < mutation_refs.size(); ++m) {
+          const auto& [k, j] = mutation_refs[m];
+          const auto& mutation = graph->mutations[m];
+          const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+          if (v.name.empty()) throw lowering::Declined("an input is overwritten by an undefined value");
+          flat.push_back(g.b.reshape(v, {v.type.numel()}));
+          types.push_back(v.type);
+          if (mutation.aliased) aliases.emplace_back(mutation.input, mutation.slot);
+        }
+        for (const Value& f : flags) {
+          flat.push_back(f);
+          types.push_back(f.type);
+        }
+        std::string mlir = g.b.module(flat, aliases);
+        Runtime::get().count("compiled_graphs");
+        // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
+        if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
+          std::filesystem::create_directories(dir);
+          std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
+        }
+        return runtime::ProgramSpec(std::move(mlir), types, messages);
+      },
+      &source);
+  graph->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  auto& runtime = Runtime::get();
+  switch (source) {
+    case runtime::ProgramSource::Memory:
+      graph->source = "memory";
+      runtime.count("graph_cache_hits_memory");
+      break;
+    case runtime::ProgramSource::Disk:
+      graph->source = "disk";
+      runtime.count("graph_cache_hits_disk");
+      break;
+    case runtime::ProgramSource::Compiled:
+      graph->source = "compiled";
+      runtime.count("graph_cache_misses");
+      break;
+  }
   return graph;
 }
 
@@ -300,7 +324,9 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
 }  // namespace
 
 void bind_graph(py::module& m) {
-  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram");
+  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
+      .def_readonly("source", &GraphProgram::source)
+      .def_readonly("compile_ms", &GraphProgram::compile_ms);
   m.def("_compile_graph", &compile_graph);
   m.def("_run_graph", &run_graph);
 }

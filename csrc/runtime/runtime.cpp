@@ -231,12 +231,16 @@ std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::strin
   return program;
 }
 
-ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build) {
+ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build, ProgramSource* source) {
+  auto found = [source](ProgramSource s) {
+    if (source) *source = s;
+  };
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = programs_.find(key);
     if (it != programs_.end()) {
       cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      found(ProgramSource::Memory);
       return it->second;
     }
   }
@@ -250,6 +254,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     if (auto program = load_indexed(disk, index_key)) {
       count("disk_index_hits");
       count("disk_load_us", microseconds_since(load_start));
+      found(ProgramSource::Disk);
       std::lock_guard<std::mutex> lock(mutex_);
       return programs_.emplace(key, std::move(program)).first->second;
     }
@@ -270,6 +275,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     try {
       program->executable = client_->deserialize(*bytes);
       count("disk_cache_hits");
+      found(ProgramSource::Disk);
       count("disk_load_us", microseconds_since(load_start));
     } catch (const pjrt::Error&) {
       lookup = DiskCache::Lookup::Rejected;  // a valid file the plugin refuses: compile afresh below
@@ -286,6 +292,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     }
     count("compiles");
     count("compile_us", microseconds_since(compile_start));
+    found(ProgramSource::Compiled);
     if (disk.enabled() && serializable_.load()) {
       std::string bytes;
       try {

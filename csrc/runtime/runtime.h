@@ -85,6 +85,11 @@ struct MemoryStats {
 
 enum class EagerMode { Strict, Debug };
 
+// Where Runtime::program found a program: this process's memory, the disk
+// cache (an index entry or an executable for the same StableHLO), or nowhere
+// (compiled now).
+enum class ProgramSource { Memory, Disk, Compiled };
+
 class Runtime {
  public:
   // The process's runtime, created on first use (loads the plugin).
@@ -102,7 +107,8 @@ class Runtime {
 
   // The program for `key`, compiled by `build()` (MLIR text and output types)
   // on the first request only. Thread-safe.
-  ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build);
+  ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build,
+                     ProgramSource* source = nullptr);
   // Runs `program` on `device`, not waiting for it unless the mode is Debug.
   // Throws OutOfMemory, before running, when its outputs cannot fit.
   // `keep`: arguments the program aliases to outputs that must not be donated

@@ -158,6 +158,44 @@ def test_new_shape_recompiles():
         assert torch_tpu.metrics().get("compiles", 0) > before
 
 
+def test_recompiles_and_the_guard_that_failed_in_metrics():
+    torch_tpu.reset_metrics()
+
+    def squares(x):
+        return (x * x).sum(0) + 2
+
+    f = torch.compile(squares, backend="tpu", dynamic=False)  # a static graph per shape
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (4, 7, 4):
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(f(x.to("tpu")).cpu(), squares(x))
+    assert not [w for w in caught if "runs eagerly" in str(w.message)]
+    m = torch_tpu.metrics()
+    assert m["recompiles"] == 1, m["recompile_reasons"]
+    (r,) = m["recompile_reasons"]
+    assert "size mismatch" in r["reason"] and "expected 4, actual 7" in r["reason"], r
+    assert r["function"].startswith("squares (")
+    # Two graphs, each compiled once (the third call reuses the first), with a time each.
+    assert sorted(m["graph_compile_ms"]) == [f"{r['compile_id'].split('/')[0]}/{i} inference" for i in (0, 1)]
+    assert all(ms > 0 for ms in m["graph_compile_ms"].values())
+    assert m["graph_cache_misses"] == 2 and m.get("graph_cache_hits_memory", 0) == 0
+
+
+def test_graph_cache_hits_in_memory_in_metrics():
+    def cubes(x):
+        return (x * x * x).sum(1) - 0.5
+
+    x = torch.randn(3, 5)
+    torch.compile(cubes, backend="tpu")(x.to("tpu"))
+    torch._dynamo.reset()  # Dynamo traces again; the same graph is in this process's program cache
+    torch_tpu.reset_metrics()
+    torch.testing.assert_close(torch.compile(cubes, backend="tpu")(x.to("tpu")).cpu(), cubes(x))
+    m = torch_tpu.metrics()
+    assert m["graph_cache_hits_memory"] == 1 and m.get("graph_cache_misses", 0) == 0
+    assert len(m["graph_compile_ms"]) == 1 and m["recompiles"] == 0
+
+
 def test_graph_with_an_op_without_rule_runs_eagerly():
     f = torch.compile(lambda x: torch.linalg.qr(x)[0].sum() + x.sum(), backend="tpu")
     x = torch.randn(4, 4)
@@ -172,15 +210,21 @@ def test_second_process_loads_compiled_graphs_from_disk(tmp_path, run_python):
     code = """
 import torch, torch_tpu
 f = torch.compile(lambda x: torch.softmax(x @ x.T, 1).sum(0), backend="tpu")
-print(f(torch.arange(12.0).reshape(3, 4).to("tpu")).cpu().tolist(), torch_tpu.metrics().get("compiles", 0))
+y = f(torch.arange(12.0).reshape(3, 4).to("tpu")).cpu().tolist()
+m = torch_tpu.metrics()
+print(m.get("graph_cache_misses", 0), m.get("graph_cache_hits_disk", 0), len(m["graph_compile_ms"]))
+print(y, m.get("compiles", 0))
 """
     cold = run_python(code, TORCH_TPU_CACHE_DIR=str(tmp_path))
     warm = run_python(code, TORCH_TPU_CACHE_DIR=str(tmp_path))
     assert cold.returncode == 0 and warm.returncode == 0, cold.stderr + warm.stderr
-    cold_values, cold_compiles = cold.stdout.strip().rsplit(" ", 1)
-    warm_values, warm_compiles = warm.stdout.strip().rsplit(" ", 1)
+    cold_values, cold_compiles = cold.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    warm_values, warm_compiles = warm.stdout.strip().splitlines()[-1].rsplit(" ", 1)
     assert warm_values == cold_values
     assert int(cold_compiles) >= 1 and int(warm_compiles) == 0
+    # Graph-level metrics: cold compiled the graph (a miss), warm loaded it (a disk hit).
+    assert cold.stdout.splitlines()[0].split() == ["1", "0", "1"]
+    assert warm.stdout.splitlines()[0].split() == ["0", "1", "1"]
 
 
 def test_dropout_in_a_compiled_graph():
