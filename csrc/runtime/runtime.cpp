@@ -178,6 +178,7 @@ Runtime::Runtime() {
   }
   client_ = std::make_unique<pjrt::Client>(plugin, options);
   compile_options_ = pjrt::single_device_compile_options();
+  disk_ = DiskCache::from_environment();
   check_nan_ = env("TORCH_TPU_DEBUG_CHECK_NAN") == "1";
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")
@@ -244,7 +245,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
       return it->second;
     }
   }
-  DiskCache disk = DiskCache::from_environment();
+  DiskCache& disk = *disk_;
   // Index entry: this process's program key -> the output types, checks and
   // executable key, so a warm process skips PyTorch's meta kernels and the
   // lowering too. Keyed by the library build as well: rules change with it.

@@ -104,6 +104,8 @@ class Runtime {
   PJRT_Device* device(int index) const;
   const std::string& device_name() const { return device_name_; }  // "CPU", "CUDA", "TPU"
   const std::string& plugin_path() const { return plugin_path_; }
+  // The persistent compilation cache, read from the environment once, when the runtime starts.
+  DiskCache& disk_cache() { return *disk_; }
 
   // The program for `key`, compiled by `build()` (MLIR text and output types)
   // on the first request only. Thread-safe.
@@ -160,6 +162,7 @@ class Runtime {
   // A program from the disk cache's index entry (see program()), or null.
   std::shared_ptr<Program> load_indexed(DiskCache& disk, const std::string& index_key);
   std::unique_ptr<pjrt::Client> client_;
+  std::unique_ptr<DiskCache> disk_;
   std::string device_name_, plugin_path_;
   std::string compile_options_;
   std::mutex mutex_;

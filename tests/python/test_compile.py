@@ -281,7 +281,6 @@ def test_demo_gpt_compiled_matches_cpu(compile_update):
 
 def test_dump_dir_and_metrics(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_TPU_DUMP_DIR", str(tmp_path))
-    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", "off")  # compile here, not from disk
     before = torch_tpu.metrics().get("compiled_graphs", 0)
     f = torch.compile(lambda x: torch.tanh(x) * 3 + 1, backend="tpu")
     torch.testing.assert_close(f(torch.ones(5).to("tpu")).cpu(), torch.tanh(torch.ones(5)) * 3 + 1)
