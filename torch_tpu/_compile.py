@@ -65,6 +65,8 @@ def _encode(gm: torch.fx.GraphModule):
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
     inputs, nodes, outputs, mutations = [], [], [], []
     host_inputs, host_outputs = [], []  # CPU tensors in the graph (an eager optimizer's step counts)
+    scalars = []  # placeholders holding a plain number (a specialized size): constants, not program inputs
+    constant_outputs = {}  # output index -> a plain number
     keys = 0  # random keys: a random op's generator, fed fresh per call
 
     def arg(a):
@@ -86,8 +88,12 @@ def _encode(gm: torch.fx.GraphModule):
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
+            if type(val) in (int, float, bool):
+                scalars.append(len(inputs) + len(scalars))
+                refs[node] = val
+                continue
             if not isinstance(val, torch.Tensor):
-                raise _Unsupported(f"a non-tensor graph input ({node.name})")
+                raise _Unsupported(f"a non-tensor graph input ({node.name}: {type(val).__name__})")
             if val.device.type == "cpu":
                 host_inputs.append(len(inputs))
             refs[node] = ("v", -1, len(inputs))
@@ -135,11 +141,15 @@ def _encode(gm: torch.fx.GraphModule):
                 val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
                 if isinstance(val, torch.Tensor) and val.device.type == "cpu":
                     host_outputs.append(len(outputs))
-                outputs.append(None if o is None else arg(o))
+                r = None if o is None else arg(o)
+                if r is not None and not (isinstance(r, tuple) and r[0] == "v"):
+                    constant_outputs[len(outputs)] = r  # a size of a specialized graph, returned as is
+                    r = None
+                outputs.append(r)
         else:
             raise _Unsupported(f"a {node.op} node ({node.target})")
-    key = hashlib.sha256(repr((inputs, nodes, outputs, mutations)).encode()).hexdigest()
-    return inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs
+    key = hashlib.sha256(repr((inputs, nodes, outputs, mutations, constant_outputs)).encode()).hexdigest()
+    return inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs, scalars, constant_outputs
 
 
 # What torch_tpu.metrics() reports about compiled graphs (see _metrics()).
@@ -194,21 +204,71 @@ def _reset_metrics() -> None:
     _RECOMPILES.clear()
 
 
+def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo made some sizes symbolic (dynamic=True, mark_dynamic, or a second shape seen)."""
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt | torch.SymFloat) or (
+            isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape)
+        ):
+            return True
+    return False
+
+
 def _compiler(gm: torch.fx.GraphModule, example_inputs, kind: str):
     cid, cid_name = _compile_id()
     _note_recompile(cid, cid_name)
-    start = time.perf_counter()
+    if _is_symbolic(gm):
+        return _per_shape(gm, f"{cid_name} {kind}")
     try:
-        inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs = _encode(gm)
-        program = _C._compile_graph(key, inputs, nodes, outputs, keys, mutations)
+        return _build(gm, f"{cid_name} {kind}")
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
         return make_boxed_func(gm.forward)
-    _GRAPH_COMPILE_MS[f"{cid_name} {kind}"] = (time.perf_counter() - start) * 1e3
+
+
+def _per_shape(gm: torch.fx.GraphModule, name: str):
+    """A graph with symbolic sizes runs as one static program per set of concrete sizes:
+    traced again with the call's shapes (sizes become constants), compiled on first sight."""
+    programs = {}
+
+    def run(args):
+        signature = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        program = programs.get(signature)
+        if program is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            try:
+                static = make_fx(gm, tracing_mode="fake")(*args)
+                placeholders = [n for n in static.graph.nodes if n.op == "placeholder"]
+                for node, a in zip(placeholders, args, strict=True):
+                    if not isinstance(a, torch.Tensor):  # a size: a constant of this specialization
+                        node.meta["val"] = a
+                program = _build(static, f"{name} {[s[0] if isinstance(s, tuple) else s for s in signature]}")
+            except (_Unsupported, NotImplementedError, RuntimeError) as e:
+                warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
+                program = make_boxed_func(gm.forward)
+            programs[signature] = program
+        return program(args)
+
+    run._boxed_call = True
+    return run
+
+
+def _build(gm: torch.fx.GraphModule, name: str):
+    """One executable for `gm` (static sizes); returns its boxed runner."""
+    start = time.perf_counter()
+    inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs, scalars, constants = _encode(gm)
+    program = _C._compile_graph(key, inputs, nodes, outputs, keys, mutations)
+    _GRAPH_COMPILE_MS[name] = (time.perf_counter() - start) * 1e3
 
     host_mutated = [i for i, _ in mutations if i in host_inputs]
 
     def run(args):
+        if scalars:  # sizes baked into this program
+            args = [a for i, a in enumerate(args) if i not in scalars]
         if host_inputs:  # CPU scalars (step counts) join the program as device values
             host = {i: args[i] for i in host_mutated}
             args = list(args)
@@ -221,6 +281,8 @@ def _compiler(gm: torch.fx.GraphModule, example_inputs, kind: str):
         args.clear()
         for i in host_outputs:  # and go back to the CPU where the graph says so
             result[i] = result[i].cpu()
+        for i, value in constants.items():
+            result[i] = value
         return result
 
     run._boxed_call = True

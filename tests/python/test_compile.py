@@ -150,12 +150,46 @@ def test_graph_break_runs_the_rest_eagerly():
 
 
 def test_new_shape_recompiles():
-    f = torch.compile(lambda x: (x * x).sum(0), backend="tpu")
-    for n in (4, 7):
-        x = torch.randn(n, 3)
-        before = torch_tpu.metrics().get("compiles", 0)
-        torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * x).sum(0))
-        assert torch_tpu.metrics().get("compiles", 0) > before
+    # The second shape makes Dynamo's graph symbolic (automatic dynamic shapes): it runs
+    # as one static program per concrete shape, compiled on first sight.
+    f = torch.compile(lambda x: (x * x).sum(0) * x.shape[0], backend="tpu")
+    seen = set()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (4, 7, 9, 7):
+            x = torch.randn(n, 3)
+            before = torch_tpu.metrics().get("compiles", 0)
+            torch.testing.assert_close(f(x.to("tpu")).cpu(), (x * x).sum(0) * n)
+            assert (torch_tpu.metrics().get("compiles", 0) > before) == (n not in seen), n
+            seen.add(n)
+    assert not [w for w in caught if "runs eagerly" in str(w.message)]
+
+
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "mark_dynamic"])
+def test_dynamic_shapes_train_by_recompiling_per_shape(dynamic):
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2))
+    model = copy.deepcopy(cpu).to("tpu")
+    compiled = torch.compile(model, backend="tpu", dynamic=dynamic)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 6, 3):
+            x = torch.randn(n, 5)
+            xt = x.to("tpu")
+            if dynamic is None:
+                torch._dynamo.mark_dynamic(xt, 0)
+            for m in (cpu, model):
+                m.zero_grad()
+            loss_t = compiled(xt).square().mean()
+            loss_t.backward()
+            loss_c = cpu(x).square().mean()
+            loss_c.backward()
+            assert loss_t.item() == pytest.approx(loss_c.item(), rel=1e-5, abs=1e-6)
+            for a, b in zip(model.parameters(), cpu.parameters(), strict=True):
+                torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
+    assert not [w for w in caught if "runs eagerly" in str(w.message)]
+    # One symbolic graph per direction from Dynamo, two static programs (one per shape) each.
+    assert len([k for k in torch_tpu.metrics()["graph_compile_ms"] if " forward [" in k]) >= 2
 
 
 def test_recompiles_and_the_guard_that_failed_in_metrics():
