@@ -302,7 +302,12 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
     buffers.push_back(aten::upload(aten::next_key_tensor(generator, graph.name), dev));
     raw.push_back(buffers.back()->raw());
   }
-  std::vector<pjrt::BufferPtr> results = runtime.execute(*graph.program, raw, dev, graph.name.c_str(), keep);
+  std::vector<pjrt::BufferPtr> results;
+  try {
+    results = runtime.execute(*graph.program, raw, dev, graph.name.c_str(), keep);
+  } catch (const runtime::OutOfMemory& e) {  // refused before running: nothing was donated
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  in ", graph.name);
+  }
   for (const auto& m : graph.mutations) aten::write_dense(inputs[m.input], results.at(m.slot));
   if (donated) runtime.count("donated_buffers", donated);
   const size_t n = results.size() - graph.program->checks.size();

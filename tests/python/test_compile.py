@@ -382,3 +382,18 @@ def test_an_input_whose_buffer_is_shared_is_not_donated():
     _C._run_graph(increment, [a])
     assert torch.equal(a.cpu(), torch.full((4,), 4.0))
     assert torch_tpu.metrics().get("donated_buffers", 0) == before + 1
+
+
+def test_a_graph_too_big_for_the_device_raises_out_of_memory(run_python):
+    code = """
+import torch, torch_tpu
+f = torch.compile(lambda x: torch.cat([x, x, x, x]) * 2, backend="tpu")
+try:
+    f(torch.ones(1000, 1000).to("tpu"))
+except torch.OutOfMemoryError as e:
+    print("OutOfMemoryError", "compiled graph" in str(e))
+print(f(torch.ones(3).to("tpu")).cpu().tolist())  # the process stays usable
+"""
+    out = run_python(code, TORCH_TPU_MEMORY_LIMIT="10000000")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["OutOfMemoryError True", str([2.0] * 12)]
