@@ -3,7 +3,9 @@
 One step = forward, cross-entropy, backward, clip_grad_norm_, AdamW step,
 then a synchronize (so the time is the device's, not the launch's). Columns
 are execution paths measured in the same run; the ratio is to CPU PyTorch
-eager.
+eager. The compiled paths (torch.compile with inductor on CPU, with "tpu")
+compile two functions: the model's forward (its backward through
+AOTAutograd) and the update (clip_grad_norm_ and AdamW).
 
     python benchmarks/train_step.py [--steps N] [--warmup N] [--sizes demo,wide] [--threads N]
 """
@@ -18,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 import torch_tpu
 from torch_tpu import demo
@@ -32,35 +33,38 @@ SIZES = {
 
 @dataclass
 class Path:
-    """An execution path: a column of the table. `prepare` returns a step function, or None if not available."""
+    """An execution path: a column of the table. `prepare(model, update)` returns the forward and
+    update functions to time, or None if the path is not available."""
 
     name: str
     device: str
-    prepare: Callable[[demo.GPT, str], Callable | None]
+    prepare: Callable[[demo.GPT, Callable], tuple[Callable, Callable] | None]
 
 
-def eager(model, device):
-    return model
+def eager(model, update):
+    return model, update
 
 
 def tpu_mode(mode):
-    def prepare(model, device):
-        torch_tpu.set_eager_mode(mode)
-        return model
+    def prepare(model, update):
+        try:
+            torch_tpu.set_eager_mode(mode)
+        except (ValueError, RuntimeError, NotImplementedError):  # a mode not built yet
+            return None
+        return model, update
 
     return prepare
 
 
 def compiled(backend):
-    def prepare(model, device):
+    def prepare(model, update):
         torch._dynamo.reset()
-        return torch.compile(model, backend=backend)
+        return torch.compile(model, backend=backend), torch.compile(update, backend=backend)
 
     return prepare
 
 
 # Columns, in order.
-# The compiled paths compile the model's forward and backward; the optimizer step stays eager.
 BASELINE = Path("CPU eager", "cpu", eager)
 PATHS = [
     BASELINE,
@@ -78,22 +82,26 @@ def sync(device):
 
 def median_step_ms(path: Path, base_model: demo.GPT, size: dict, steps: int, warmup: int) -> float | None:
     model = copy.deepcopy(base_model).to(path.device).train()
-    fn = path.prepare(model, path.device)
-    if fn is None:
-        return None
     opt = demo.make_optimizer(model, 3e-3)
+
+    def clip_and_step():
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    fns = path.prepare(model, clip_and_step)
+    if fns is None:
+        return None
+    fn, update = fns
     g = torch.Generator().manual_seed(0)
     vocab, ctx, batch = model.cfg.vocab_size, size["context"], size["batch"]
     x = torch.randint(vocab, (batch, ctx), generator=g).to(path.device)
     y = torch.randint(vocab, (batch, ctx), generator=g).to(path.device)
 
     def step():
-        logits, _ = fn(x)
-        loss = F.cross_entropy(logits.view(-1, vocab), y.view(-1))
+        _, loss = fn(x, y)  # the model's forward computes the cross-entropy (in the compiled graph where compiled)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        update()
         sync(path.device)
 
     try:
@@ -153,7 +161,7 @@ def main() -> None:
     print(
         f"step:    forward + cross_entropy + backward + clip_grad_norm_ + AdamW, synchronized; median of {args.steps}\n"
     )
-    cols = [p.name for p in PATHS if any(results.get((n, p.name)) is not None for n in args.sizes.split(","))]
+    cols = [p.name for p in PATHS]
     header = ["model", "params"] + [f"{c} ms" for c in cols] + [f"{c} x CPU" for c in cols if c != BASELINE.name]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
@@ -162,9 +170,11 @@ def main() -> None:
         label = f"{name}: {s['n_layers']}L d{s['d_model']} ctx{s['context']} b{s['batch']}"
         base_ms = results[name, BASELINE.name]
         ms = [results.get((name, c)) for c in cols]
-        cells = [label, f"{s['params']:,}"] + [f"{v:.2f}" if v is not None else "-" for v in ms]
+        cells = [label, f"{s['params']:,}"] + [f"{v:.2f}" if v is not None else "n/a" for v in ms]
         cells += [
-            f"{v / base_ms:.2f}" if v is not None else "-" for c, v in zip(cols, ms, strict=True) if c != BASELINE.name
+            f"{v / base_ms:.2f}" if v is not None else "n/a"
+            for c, v in zip(cols, ms, strict=True)
+            if c != BASELINE.name
         ]
         print("| " + " | ".join(cells) + " |")
     for (name, path), n in COMPILES_PER_STEP.items():

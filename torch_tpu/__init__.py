@@ -54,7 +54,11 @@ __all__ = [
 
 
 def metrics() -> dict:
-    """Counters of the runtime: compiles, cache_hits, executions, transfers.
+    """Counters of the runtime: compiles, cache_hits, executions, transfers, and
+    (once torch.compile(backend="tpu") has run) its graphs: graph_compile_ms (per
+    graph, keyed "<Dynamo compile id> <forward|backward|inference>"), graph cache
+    hits (graph_cache_hits_memory, graph_cache_hits_disk) and misses, recompiles
+    and recompile_reasons (the guard that failed, per recompile).
 
     Fused mode adds fused_flushes, fused_flush_<reason> per kind of flush,
     fused_ops (recorded), fused_ops_max and fused_ops_per_flush_mean,
@@ -63,6 +67,9 @@ def metrics() -> dict:
     compiled with another wiring: a steady loop has none).
     """
     m = dict(_C.metrics())
+    compile_module = sys.modules.get("torch_tpu._compile")  # loaded by the first torch.compile
+    if compile_module is not None:
+        m.update(compile_module._metrics())
     if m.get("fused_flushes"):
         m["fused_ops_per_flush_mean"] = m["fused_ops"] / m["fused_flushes"]
     return m
@@ -117,6 +124,9 @@ def _flush_at_exit() -> None:
 
 def reset_metrics() -> None:
     _C.reset_metrics()
+    compile_module = sys.modules.get("torch_tpu._compile")
+    if compile_module is not None:
+        compile_module._reset_metrics()
 
 
 def get_eager_mode() -> str:

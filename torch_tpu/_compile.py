@@ -5,8 +5,11 @@ resulting ATen graph is encoded as a node list and lowered in C++
 executable. A graph with an op that has no rule runs eagerly (in the current
 eager mode) with one warning naming the op."""
 
+import contextlib
+import functools
 import hashlib
 import operator
+import time
 import warnings
 
 import torch
@@ -63,8 +66,10 @@ def _encode(gm: torch.fx.GraphModule):
     made, such as torch.tensor(...) in its forward): each becomes a program
     input after the graph's own, passed on every call."""
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
-    inputs, nodes, outputs, constants = [], [], [], []
-    placeholders = sum(node.op == "placeholder" for node in gm.graph.nodes)
+    inputs, nodes, outputs, mutations, constants = [], [], [], [], []
+    host_inputs, host_outputs = [], []  # CPU tensors in the graph (an eager optimizer's step counts)
+    scalars = []  # placeholders holding a plain number (a specialized size): constants, not program inputs
+    constant_outputs = {}  # output index -> a plain number
     keys = 0  # random keys: a random op's generator, fed fresh per call
 
     def arg(a):
@@ -86,19 +91,36 @@ def _encode(gm: torch.fx.GraphModule):
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
+            if type(val) in (int, float, bool):
+                scalars.append(len(inputs) + len(scalars))
+                refs[node] = val
+                continue
             if not isinstance(val, torch.Tensor):
-                raise _Unsupported(f"a non-tensor graph input ({node.name})")
+                raise _Unsupported(f"a non-tensor graph input ({node.name}: {type(val).__name__})")
+            if val.device.type == "cpu":
+                host_inputs.append(len(inputs))
             refs[node] = ("v", -1, len(inputs))
             inputs.append(_types(val)[0])
-        elif node.op == "get_attr":
+        elif node.op == "get_attr":  # after every placeholder, as FX orders them
             val = getattr(gm, node.target)
             if not isinstance(val, torch.Tensor):
                 raise _Unsupported(f"a non-tensor constant ({node.target})")
-            refs[node] = ("v", -1, placeholders + len(constants))
+            refs[node] = ("v", -1, len(inputs))
             with torch._subclasses.fake_tensor.unset_fake_temporarily():  # compilers run under fake mode
                 constants.append(val.detach().to("tpu"))
+            inputs.append(_types(constants[-1])[0])
         elif node.op == "call_function" and node.target is operator.getitem:
             refs[node] = refs[node.args[0]][node.args[1]]
+        elif node.op == "call_function" and node.target is torch.ops.aten.copy_.default:
+            # AOTAutograd keeps an input's overwrite in the graph (keep_inference_input_mutations):
+            # the new value, in the input's type, is written back (and the buffer donated) in C++.
+            dst, src = node.args[0], node.args[1]
+            if dst.op != "placeholder" or any(m[0] == refs[dst][2] for m in mutations):
+                raise _Unsupported(f"copy_ into {dst.name}, which is not a graph input or is overwritten twice")
+            k = len(nodes)
+            nodes.append(("aten::copy", [arg(dst), arg(src), False], _types(node.meta.get("val"))))
+            refs[node] = ("v", k, 0)
+            mutations.append((refs[dst][2], refs[node]))
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             schema = node.target._schema
             args = []
@@ -127,29 +149,164 @@ def _encode(gm: torch.fx.GraphModule):
             refs[node] = rs if multi else rs[0]
         elif node.op == "output":
             for o in node.args[0]:
-                outputs.append(None if o is None else arg(o))
+                val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+                if isinstance(val, torch.Tensor) and val.device.type == "cpu":
+                    host_outputs.append(len(outputs))
+                r = None if o is None else arg(o)
+                if r is not None and not (isinstance(r, tuple) and r[0] == "v"):
+                    constant_outputs[len(outputs)] = r  # a size of a specialized graph, returned as is
+                    r = None
+                outputs.append(r)
         else:
             raise _Unsupported(f"a {node.op} node ({node.target})")
-    inputs += [_types(t)[0] for t in constants]
-    key = hashlib.sha256(repr((inputs, nodes, outputs)).encode()).hexdigest()
-    return inputs, nodes, outputs, keys, key, constants
+    key = hashlib.sha256(repr((inputs, nodes, outputs, mutations, constant_outputs)).encode()).hexdigest()
+    return inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs, scalars, constant_outputs, constants
 
 
-def _compiler(gm: torch.fx.GraphModule, example_inputs):
+# What torch_tpu.metrics() reports about compiled graphs (see _metrics()).
+_GRAPH_COMPILE_MS: dict[str, float] = {}  # "<dynamo compile id> <forward|backward|inference>" -> ms
+_RECOMPILES: list[dict] = []  # one per Dynamo recompile that reached this backend
+
+
+def _compile_id():
+    cid = torch._guards.CompileContext.current_compile_id()
+    return cid, str(cid) if cid is not None else "?"
+
+
+def _recompile_reason():
+    """The guard that failed, as Dynamo recorded it for the compile in progress."""
     try:
-        inputs, nodes, outputs, keys, key, constants = _encode(gm)
-        program = _C._compile_graph(key, inputs, nodes, outputs, keys)
+        from torch._dynamo.utils import get_metrics_context
+
+        context = get_metrics_context()
+        return getattr(context, "_metrics", {}).get("recompile_reason") if context.in_progress() else None
+    except Exception:  # a torch without the metrics context: resolved later from get_compilation_metrics()
+        return None
+
+
+def _note_recompile(cid, name):
+    """Records a recompile (Dynamo compiling a frame again after a guard failed), once per compile id."""
+    if cid is None or not getattr(cid, "frame_compile_id", 0) or any(r["compile_id"] == name for r in _RECOMPILES):
+        return
+    _RECOMPILES.append({"compile_id": name, "function": None, "reason": _recompile_reason()})
+
+
+def _metrics() -> dict:
+    """Per-graph compile times and recompiles with the guard that failed, for torch_tpu.metrics()."""
+    missing = [r for r in _RECOMPILES if not r["reason"] or not r["function"]]
+    if missing:  # filled in from Dynamo's record of finished compiles
+        with contextlib.suppress(Exception):
+            from torch._dynamo.utils import get_compilation_metrics
+
+            done = {str(m.compile_id): m for m in get_compilation_metrics()}
+            for r in missing:
+                if (m := done.get(r["compile_id"])) is not None:
+                    r["reason"] = r["reason"] or m.recompile_reason
+                    r["function"] = f"{m.co_name} ({m.co_filename}:{m.co_firstlineno})"
+    return {
+        "graph_compile_ms": dict(_GRAPH_COMPILE_MS),
+        "recompiles": len(_RECOMPILES),
+        "recompile_reasons": [dict(r) for r in _RECOMPILES],
+    }
+
+
+def _reset_metrics() -> None:
+    _GRAPH_COMPILE_MS.clear()
+    _RECOMPILES.clear()
+
+
+def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo made some sizes symbolic (dynamic=True, mark_dynamic, or a second shape seen)."""
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt | torch.SymFloat) or (
+            isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape)
+        ):
+            return True
+    return False
+
+
+def _compiler(gm: torch.fx.GraphModule, example_inputs, kind: str):
+    cid, cid_name = _compile_id()
+    _note_recompile(cid, cid_name)
+    if _is_symbolic(gm):
+        return _per_shape(gm, f"{cid_name} {kind}")
+    try:
+        return _build(gm, f"{cid_name} {kind}")
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
         return make_boxed_func(gm.forward)
 
+
+def _per_shape(gm: torch.fx.GraphModule, name: str):
+    """A graph with symbolic sizes runs as one static program per set of concrete sizes:
+    traced again with the call's shapes (sizes become constants), compiled on first sight."""
+    programs = {}
+
     def run(args):
-        result = _C._run_graph(program, list(args) + constants)
+        signature = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        program = programs.get(signature)
+        if program is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            try:
+                static = make_fx(gm, tracing_mode="fake")(*args)
+                placeholders = [n for n in static.graph.nodes if n.op == "placeholder"]
+                for node, a in zip(placeholders, args, strict=True):
+                    if not isinstance(a, torch.Tensor):  # a size: a constant of this specialization
+                        node.meta["val"] = a
+                program = _build(static, f"{name} {[s[0] if isinstance(s, tuple) else s for s in signature]}")
+            except (_Unsupported, NotImplementedError, RuntimeError) as e:
+                warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
+                program = make_boxed_func(gm.forward)
+            programs[signature] = program
+        return program(args)
+
+    run._boxed_call = True
+    return run
+
+
+def _build(gm: torch.fx.GraphModule, name: str):
+    """One executable for `gm` (static sizes); returns its boxed runner."""
+    start = time.perf_counter()
+    inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs, scalars, constants, tensors = _encode(gm)
+    program = _C._compile_graph(key, inputs, nodes, outputs, keys, mutations)
+    _GRAPH_COMPILE_MS[name] = (time.perf_counter() - start) * 1e3
+
+    host_mutated = [i for i, _ in mutations if i in host_inputs]
+
+    def run(args):
+        if scalars:  # sizes baked into this program
+            args = [a for i, a in enumerate(args) if i not in scalars]
+        if host_inputs:  # CPU scalars (step counts) join the program as device values
+            host = {i: args[i] for i in host_mutated}
+            args = list(args)
+            for i in host_inputs:
+                args[i] = args[i].to("tpu")
+        result = _C._run_graph(program, list(args) + tensors if tensors else args)
+        if host_inputs:
+            for i, t in host.items():  # the graph overwrote the device copy: back to the CPU tensor
+                t.copy_(args[i])
         args.clear()
+        for i in host_outputs:  # and go back to the CPU where the graph says so
+            result[i] = result[i].cpu()
+        for i, value in constants.items():
+            result[i] = value
         return result
 
     run._boxed_call = True
     return run
 
 
-tpu_backend = aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler, decompositions=core_aten_decompositions())
+# keep_inference_input_mutations: an input overwritten under no_grad (optimizer
+# updates) or that needs no grad (batch-norm statistics) stays a copy_ in the
+# graph, so the program writes it back itself and can donate its buffer.
+tpu_backend = aot_autograd(
+    fw_compiler=functools.partial(_compiler, kind="forward"),
+    bw_compiler=functools.partial(_compiler, kind="backward"),
+    inference_compiler=functools.partial(_compiler, kind="inference"),
+    decompositions=core_aten_decompositions(),
+    keep_inference_input_mutations=True,
+)

@@ -8,6 +8,8 @@ graph's tensor constants) is formatted outside that mode: under it, the
 formatter's masked_select would have no data.
 """
 
+import sys
+
 import torch
 import torch._tensor_str as _tensor_str
 
@@ -21,7 +23,7 @@ def _str(self, *, tensor_contents=None):
         and self.layout == torch.strided
         and self.numel() > 0
         and not self.is_meta
-        and not isinstance(self, torch._subclasses.FakeTensor)
+        and not _is_fake(self)
     ):
         with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.no_grad():
             cpu = self.detach().cpu()
@@ -29,6 +31,12 @@ def _str(self, *, tensor_contents=None):
                 cpu = cpu.float()
             tensor_contents = _tensor_str._tensor_str(cpu, len("tensor("))
     return _original_str(self, tensor_contents=tensor_contents)
+
+
+def _is_fake(t) -> bool:
+    """A FakeTensor (torch.compile's tracing, its logs) has no values to copy; PyTorch prints it as "..."."""
+    fake_tensor = sys.modules.get("torch._subclasses.fake_tensor")  # only loaded once tracing has started
+    return fake_tensor is not None and isinstance(t, fake_tensor.FakeTensor)
 
 
 _tensor_str._str = _str

@@ -15,6 +15,11 @@ def is_available() -> bool:
         return False
 
 
+def is_initialized() -> bool:
+    """Whether the runtime (the PJRT client) has started; FakeTensor asks this, as of torch.cuda."""
+    return _C._initialized()
+
+
 def device_count() -> int:
     return _C.device_count()
 

@@ -273,7 +273,9 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
   } else if (v.isBool()) {
     key += v.toBool() ? "b1;" : "b0;";
   } else if (v.isInt()) {
-    key += "i" + std::to_string(v.toInt()) + ";";
+    key += 'i';
+    key += std::to_string(v.toInt());
+    key += ';';
   } else if (v.isDouble()) {
     char buf[40];
     std::snprintf(buf, sizeof buf, "d%.17g;", v.toDouble());
@@ -576,7 +578,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       size_t next_param = 0;
       for (size_t i = 0; i < n; ++i)
         largs.push_back(lowering_arg(args[i], plan.is_out[i], dynamic[i], static_cast<int>(i), next_param, params));
-      lowering::LoweringContext ctx{b, largs, outs};
+      lowering::LoweringContext ctx{b, largs, outs, {}};
       std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
       const size_t written = plan.writes_from_functional ? 0 : mutated.size();
       TORCH_CHECK(results.size() == outs.size() + written, "torch_tpu: the lowering of ", plan.name, " returned ",

@@ -45,7 +45,7 @@ int64_t list_length(const LoweringContext& c) {
 // Runs `rule` on element i's arguments; its checks join the op's.
 Value apply(LoweringContext& c, const LoweringRule& rule, std::vector<LoweringArg> args, int64_t i) {
   std::vector<TensorType> outs{c.out(i)};
-  LoweringContext sub{c.b, args, outs};
+  LoweringContext sub{c.b, args, outs, {}};
   Value r = rule(sub).at(0);
   for (auto& check : sub.checks) c.checks.push_back(std::move(check));
   return r;

@@ -45,7 +45,6 @@ AmpArgs amp_args(const LoweringContext& c, size_t scale_arg) {
 // `updated` where no overflow was found, else `old`.
 Value unless_found_inf(Builder& b, const AmpArgs& amp, const Value& old, const Value& updated) {
   if (!amp.found_inf) return updated;
-  Math m{b};
   Value found = b.compare(Compare::NE, b.reshape(*amp.found_inf, {}), b.constant(0, {amp.found_inf->dtype(), {}}));
   return b.select(b.broadcast_to(found, old.shape()), old, updated);
 }

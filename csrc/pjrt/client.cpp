@@ -186,8 +186,11 @@ Executable::~Executable() {
   }
 }
 
-std::vector<BufferPtr> Executable::execute(const std::vector<PJRT_Buffer*>& inputs, PJRT_Device* device) const {
+std::vector<BufferPtr> Executable::execute(const std::vector<PJRT_Buffer*>& inputs, PJRT_Device* device,
+                                           const std::vector<int64_t>& keep) const {
   auto options = args<PJRT_ExecuteOptions>();
+  options.non_donatable_input_indices = keep.data();
+  options.num_non_donatable_input_indices = keep.size();
   std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
   PJRT_Buffer* const* argument_list = inputs.data();
   PJRT_Buffer** output_list = outputs.data();

@@ -104,7 +104,10 @@ class Executable {
 
   size_t num_outputs() const { return num_outputs_; }
   // Launches on `device`; returns the outputs without waiting for them.
-  std::vector<BufferPtr> execute(const std::vector<PJRT_Buffer*>& args, PJRT_Device* device) const;
+  // An argument that the program aliases to an output is donated (its buffer
+  // becomes that output and is deleted) unless its index is in `keep`.
+  std::vector<BufferPtr> execute(const std::vector<PJRT_Buffer*>& args, PJRT_Device* device,
+                                 const std::vector<int64_t>& keep = {}) const;
   std::string serialize() const;
 
  private:

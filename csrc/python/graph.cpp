@@ -9,9 +9,15 @@
 //            an arg is a ref ("v", k, j), a list of refs/None, or a constant
 //            (None, bool, int, float, str, list of ints or floats)
 //   outputs: [ref or None, ...]
+//   mutations: [(input index, ref), ...]  graph inputs the graph overwrites
+//            (AOTAutograd keeps such copy_ in the graph: batch-norm statistics,
+//            optimizer updates under no_grad); written back into the input's
+//            storage here, and the input's buffer donated to that output
+//            where nothing else holds it.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +42,14 @@ struct GraphProgram {
   std::vector<int> output_slots;  // per graph output: its program output, or -1 for None
   int num_keys = 0;               // random keys the program reads after the inputs, one per random op
   std::string name;               // for error messages
+  struct Mutation {
+    int input, slot;  // graph input overwritten by program output `slot`
+    bool aliased;     // the program aliases that input's buffer to the output (donation possible)
+  };
+  std::vector<Mutation> mutations;
+  size_t num_inputs = 0;
+  std::string source;     // where the executable came from: "memory", "disk" or "compiled"
+  double compile_ms = 0;  // lowering and compiling (or loading) it
 };
 
 TensorType tensor_type(const py::handle& t) {
@@ -110,7 +124,7 @@ struct GraphBuilder {
       }
     } else {
       throw std::invalid_argument("torch_tpu.compile: an argument of type " +
-                                  std::string(py::str(h.get_type().attr("__name__"))) + " in the graph");
+                                  std::string(py::str(py::type::handle_of(h).attr("__name__"))) + " in the graph");
     }
     return a;
   }
@@ -124,9 +138,10 @@ const lowering::LoweringRule* rule_for(const std::string& op) {
 }
 
 std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::list& inputs, const py::list& nodes,
-                                            const py::list& outputs, int num_keys) {
+                                            const py::list& outputs, int num_keys, const py::list& mutations) {
   auto graph = std::make_shared<GraphProgram>();
   graph->num_keys = num_keys;
+  graph->num_inputs = inputs.size();
   graph->name = "compiled graph " + key.substr(0, 16);
   // Which program output each graph output is (outputs that repeat a value,
   // or are None, need no slot of their own).
@@ -142,61 +157,111 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
     graph->output_slots.push_back(static_cast<int>(it - slot_refs.begin()));
     if (it == slot_refs.end()) slot_refs.push_back(r);
   }
-  graph->program = Runtime::get().program("graph|" + key, [&] {
-    GraphBuilder g;
-    std::vector<TensorType> input_types;
-    for (auto in : inputs) {
-      input_types.push_back(tensor_type(in));
-      g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
-    }
-    for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
-    for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
-    std::vector<Value> flags;
-    std::vector<std::string> messages;
-    for (auto node_handle : nodes) {
-      auto node = node_handle.cast<py::tuple>();
-      const std::string op = node[0].cast<std::string>();
-      const auto* rule = rule_for(op);
-      if (!rule) throw lowering::Declined(op + " has no tpu lowering");
-      std::vector<LoweringArg> args;
-      for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
-      std::vector<TensorType> outs;
-      for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
-      lowering::LoweringContext ctx{g.b, args, outs};
-      std::vector<Value> results = (*rule)(ctx);
-      for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {
-        if (results[k].name.empty()) continue;
-        if (results[k].type.numel() != outs[k].numel())
-          throw std::runtime_error("torch_tpu.compile: the lowering of " + op + " produced " + results[k].type.str() +
-                                   " where the graph expects " + outs[k].str());
-        results[k] = g.b.reshape(g.b.cast(results[k], outs[k].dtype), outs[k].shape);
-      }
-      for (auto& check : ctx.checks) {
-        flags.push_back(g.b.reshape(check.ok, {1}));
-        messages.push_back(check.message + " (in " + op + " of a compiled graph)");
-      }
-      g.node_values.push_back(std::move(results));
-    }
-    std::vector<Value> flat;
-    std::vector<TensorType> types;
-    for (const auto& [k, j] : slot_refs) {
-      const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
-      flat.push_back(g.b.reshape(v, {v.type.numel()}));
-      types.push_back(v.type);
-    }
-    for (const Value& f : flags) {
-      flat.push_back(f);
-      types.push_back(f.type);
-    }
-    std::string mlir = g.b.module(flat);
-    Runtime::get().count("compiled_graphs");
-    // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
-    if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
-      std::filesystem::create_directories(dir);
-      std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
-    }
-    return runtime::ProgramSpec(std::move(mlir), types, messages);
-  });
+  // Each overwritten input gets a program output of its own, after the graph's outputs.
+  std::vector<std::pair<int, int>> mutation_refs;
+  for (auto m : mutations) {
+    auto pair = m.cast<py::tuple>();
+    auto ref = pair[1].cast<py::tuple>();
+    const int input = pair[0].cast<int>(), slot = static_cast<int>(slot_refs.size() + mutation_refs.size());
+    const int k = ref[1].cast<int>(), j = ref[2].cast<int>();
+    for (const auto& other : graph->mutations)
+      if (other.input == input) throw lowering::Declined("an input overwritten twice in one graph");
+    // The value's type from the encoding (known without building: the program may come from a cache).
+    const TensorType in = tensor_type(inputs[input]);
+    const TensorType value =
+        k < 0 ? tensor_type(inputs[j]) : tensor_type(nodes[k].cast<py::tuple>()[2].cast<py::list>()[j]);
+    if (value.dtype != in.dtype || value.numel() != in.numel())
+      throw lowering::Declined("an input overwritten by a value of another type: " + value.str() + " into " + in.str());
+    // Writing an input back unchanged needs no alias.
+    graph->mutations.push_back({input, slot, !(k < 0 && j == input)});
+    mutation_refs.emplace_back(k, j);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  runtime::ProgramSource source = runtime::ProgramSource::Compiled;
+  graph->program = Runtime::get().program(
+      "graph|" + key,
+      [&] {
+        GraphBuilder g;
+        std::vector<TensorType> input_types;
+        for (auto in : inputs) {
+          input_types.push_back(tensor_type(in));
+          g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
+        }
+        for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
+        for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
+        std::vector<Value> flags;
+        std::vector<std::string> messages;
+        for (auto node_handle : nodes) {
+          auto node = node_handle.cast<py::tuple>();
+          const std::string op = node[0].cast<std::string>();
+          const auto* rule = rule_for(op);
+          if (!rule) throw lowering::Declined(op + " has no tpu lowering");
+          std::vector<LoweringArg> args;
+          for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
+          std::vector<TensorType> outs;
+          for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
+          lowering::LoweringContext ctx{g.b, args, outs, {}};
+          std::vector<Value> results = (*rule)(ctx);
+          for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {
+            if (results[k].name.empty()) continue;
+            if (results[k].type.numel() != outs[k].numel())
+              throw std::runtime_error("torch_tpu.compile: the lowering of " + op + " produced " +
+                                       results[k].type.str() + " where the graph expects " + outs[k].str());
+            results[k] = g.b.reshape(g.b.cast(results[k], outs[k].dtype), outs[k].shape);
+          }
+          for (auto& check : ctx.checks) {
+            flags.push_back(g.b.reshape(check.ok, {1}));
+            messages.push_back(check.message + " (in " + op + " of a compiled graph)");
+          }
+          g.node_values.push_back(std::move(results));
+        }
+        std::vector<Value> flat;
+        std::vector<TensorType> types;
+        for (const auto& [k, j] : slot_refs) {
+          const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+          flat.push_back(g.b.reshape(v, {v.type.numel()}));
+          types.push_back(v.type);
+        }
+        std::vector<std::pair<size_t, size_t>> aliases;
+        for (size_t m = 0; m < mutation_refs.size(); ++m) {
+          const auto& [k, j] = mutation_refs[m];
+          const auto& mutation = graph->mutations[m];
+          const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+          if (v.name.empty()) throw lowering::Declined("an input is overwritten by an undefined value");
+          flat.push_back(g.b.reshape(v, {v.type.numel()}));
+          types.push_back(v.type);
+          if (mutation.aliased) aliases.emplace_back(mutation.input, mutation.slot);
+        }
+        for (const Value& f : flags) {
+          flat.push_back(f);
+          types.push_back(f.type);
+        }
+        std::string mlir = g.b.module(flat, aliases);
+        Runtime::get().count("compiled_graphs");
+        // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
+        if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
+          std::filesystem::create_directories(dir);
+          std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
+        }
+        return runtime::ProgramSpec(std::move(mlir), types, messages);
+      },
+      /*indexed=*/true, &source);
+  graph->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  auto& runtime = Runtime::get();
+  switch (source) {
+    case runtime::ProgramSource::Memory:
+      graph->source = "memory";
+      runtime.count("graph_cache_hits_memory");
+      break;
+    case runtime::ProgramSource::Disk:
+      graph->source = "disk";
+      runtime.count("graph_cache_hits_disk");
+      break;
+    case runtime::ProgramSource::Compiled:
+      graph->source = "compiled";
+      runtime.count("graph_cache_misses");
+      break;
+  }
   return graph;
 }
 
@@ -211,12 +276,41 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
     dev = aten::device_index(t);
     buffers.push_back(aten::read_dense(t));
   }
+  // A whole graph runs as it is: in Fused mode, the window its inputs come from runs first.
+  for (const auto& b : buffers) runtime.resolve(*b, "compiled_graph");
+  std::vector<PJRT_Buffer*> raw;
+  for (const auto& b : buffers) raw.push_back(b->raw());
+  TORCH_CHECK(inputs.size() == graph.num_inputs, "torch_tpu: ", graph.name, " takes ", graph.num_inputs,
+              " inputs, got ", inputs.size());
+  // Donate an overwritten input's buffer only when the input's storage is its
+  // sole holder (the storage and `buffers` here: no other storage, view read
+  // or argument shares it), so no live tensor can see the donated buffer; the
+  // storage takes the output right after the launch. Otherwise XLA copies.
+  std::vector<int64_t> keep;
+  int64_t donated = 0;
+  for (const auto& m : graph.mutations) {
+    if (!m.aliased) continue;
+    const auto& buffer = buffers[m.input];
+    const auto& storage = aten::storage_of(inputs[m.input]);
+    const bool sole =
+        storage.value == buffer && buffer.use_count() == 2 && std::count(raw.begin(), raw.end(), buffer->raw()) == 1;
+    if (sole)
+      ++donated;
+    else
+      keep.push_back(m.input);
+  }
   const auto& generator = aten::default_generator(static_cast<c10::DeviceIndex>(dev));
   for (int k = 0; k < graph.num_keys; ++k) {  // a fresh key per random op and call, as in eager
     buffers.push_back(aten::upload(aten::next_key_tensor(generator, graph.name), dev));
   }
-  // A whole graph runs as it is; in Fused mode the window it reads from runs first.
-  std::vector<pjrt::BufferPtr> results = runtime.execute_now(*graph.program, buffers, dev, graph.name.c_str());
+  std::vector<pjrt::BufferPtr> results;
+  try {
+    results = runtime.execute_now(*graph.program, buffers, dev, graph.name.c_str(), true, keep);
+  } catch (const runtime::OutOfMemory& e) {  // refused before running: nothing was donated
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  in ", graph.name);
+  }
+  for (const auto& m : graph.mutations) aten::write_dense(inputs[m.input], results.at(m.slot));
+  if (donated) runtime.count("donated_buffers", donated);
   const size_t n = results.size() - graph.program->checks.size();
   for (size_t j = 0; j < graph.program->checks.size(); ++j)
     runtime.defer_check(results[n + j], graph.program->checks[j]);
@@ -236,7 +330,9 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
 }  // namespace
 
 void bind_graph(py::module& m) {
-  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram");
+  py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
+      .def_readonly("source", &GraphProgram::source)
+      .def_readonly("compile_ms", &GraphProgram::compile_ms);
   m.def("_compile_graph", &compile_graph);
   m.def("_run_graph", &run_graph);
 }

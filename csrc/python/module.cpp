@@ -77,7 +77,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("metrics", [] { return Runtime::get().metrics(); });
   // The persistent compilation cache; needs no runtime (no plugin load).
   m.def("cache_info", [] {
-    auto i = torch_tpu::runtime::DiskCache::from_environment().info();
+    auto i = torch_tpu::runtime::DiskCache::from_environment()->info();
     py::dict d;
     d["dir"] = i.dir;
     d["enabled"] = !i.dir.empty();
@@ -86,7 +86,13 @@ PYBIND11_MODULE(_C, m) {
     d["limit_bytes"] = i.limit;
     return d;
   });
-  m.def("cache_clear", [] { return torch_tpu::runtime::DiskCache::from_environment().clear(); });
+  m.def("cache_clear", [] {
+    auto disk = torch_tpu::runtime::DiskCache::from_environment();
+    // The runtime's own cache object, when it is this directory: its running size starts over.
+    if (Runtime::initialized() && Runtime::get().disk_cache().dir() == disk->dir())
+      return Runtime::get().disk_cache().clear();
+    return disk->clear();
+  });
   m.def("reset_metrics", [] { Runtime::get().reset_metrics(); });
   m.def("memory_allocated", [](int d) { return Runtime::get().memory_allocated(d); });
   m.def("max_memory_allocated", [](int d) { return Runtime::get().max_memory_allocated(d); });

@@ -48,11 +48,9 @@ std::string env(const char* name) {
 
 }  // namespace
 
-std::mutex DiskCache::mutex_;
-
 DiskCache::DiskCache(std::string dir, int64_t limit_bytes) : dir_(std::move(dir)), limit_(limit_bytes) {}
 
-DiskCache DiskCache::from_environment() {
+std::unique_ptr<DiskCache> DiskCache::from_environment() {
   std::string dir = env("TORCH_TPU_CACHE_DIR");
   if (dir == "off" || dir == "0") {
     dir.clear();
@@ -70,7 +68,7 @@ DiskCache DiskCache::from_environment() {
       throw std::runtime_error("torch_tpu: TORCH_TPU_CACHE_LIMIT='" + s + "' is not a number of bytes.");
     }
   }
-  return DiskCache(dir, limit);
+  return std::make_unique<DiskCache>(dir, limit);
 }
 
 std::string DiskCache::path_for(const std::string& key) const {
@@ -126,17 +124,13 @@ bool DiskCache::store(const std::string& key, const std::string& payload) {
     fs::remove(tmp, ec);
     return false;
   }
-  // The directory's size as this process last saw it plus what it wrote
-  // since: scanning the directory on every write would cost O(entries) each.
-  static std::string known_dir;
-  static int64_t known_bytes = -1;
-  if (known_dir != dir_ || known_bytes < 0) {
-    known_dir = dir_;
-    known_bytes = info().bytes;
-  } else {
-    known_bytes += static_cast<int64_t>(entry.size());
-  }
-  if (known_bytes > limit_) known_bytes = evict();
+  // A running total, not a scan per write (O(entries) each); other processes'
+  // writes are seen at the next scan, when this total passes the limit.
+  if (known_bytes_ < 0)
+    known_bytes_ = info().bytes;
+  else
+    known_bytes_ += static_cast<int64_t>(entry.size());
+  if (known_bytes_ > limit_) known_bytes_ = evict();
   return true;
 }
 
@@ -186,6 +180,7 @@ int64_t DiskCache::clear() {
     if (e.path().extension() == kSuffix || e.path().string().find(".pjrt.tmp.") != std::string::npos)
       paths.push_back(e.path());
   for (const auto& p : paths) removed += fs::remove(p, ec) && p.extension() == kSuffix ? 1 : 0;
+  known_bytes_ = -1;  // rescanned at the next store
   return removed;
 }
 

@@ -9,10 +9,12 @@
 // check out (corrupt, truncated, foreign, a hash collision) is ignored and
 // replaced. The directory is kept under a size limit by evicting the least
 // recently used entries (a hit refreshes an entry's modification time); the
-// directory is scanned when this process's running total passes the limit.
+// directory is scanned when this object's running total passes the limit.
+// The runtime keeps one per process (Runtime::disk_cache()).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,7 +29,9 @@ class DiskCache {
   // The directory from TORCH_TPU_CACHE_DIR ("off" disables it), else
   // $XDG_CACHE_HOME/torch_tpu or ~/.cache/torch_tpu; the limit from
   // TORCH_TPU_CACHE_LIMIT (bytes, default 4 GiB).
-  static DiskCache from_environment();
+  static std::unique_ptr<DiskCache> from_environment();
+  DiskCache(const DiskCache&) = delete;
+  DiskCache& operator=(const DiskCache&) = delete;
 
   bool enabled() const { return !dir_.empty(); }
   const std::string& dir() const { return dir_; }
@@ -53,7 +57,8 @@ class DiskCache {
   int64_t evict();  // down to the limit; returns the bytes left
   std::string dir_;
   int64_t limit_;
-  static std::mutex mutex_;  // one writer per process at a time (eviction scans)
+  std::mutex mutex_;          // one writer at a time (eviction scans)
+  int64_t known_bytes_ = -1;  // the directory's size as last scanned plus what store() wrote since; -1: not scanned
 };
 
 }  // namespace torch_tpu::runtime

@@ -59,7 +59,9 @@ const FusedWindow::Signature& FusedWindow::signature(const Program& program) {
   size_t results_end = m.find(") {", params_end);
   f.params = split_types(m.substr(params_begin, params_end - params_begin), true);
   f.results = split_types(m.substr(params_end + 6, results_end - params_end - 6), false);
-  f.tail = "(" + m.substr(params_begin, last - params_begin) + "\n";
+  f.tail = "(";
+  f.tail.append(m, params_begin, last - params_begin);
+  f.tail += "\n";
   return signatures_.emplace(program.id, std::move(f)).first->second;
 }
 
@@ -169,7 +171,10 @@ std::string FusedWindow::module_text(const std::vector<int>& live, const std::ve
   auto value_name = [&](int v) {
     const Value& value = values_[v];
     std::string name = "%c" + std::to_string(value.call);
-    if (calls_[value.call].program->outputs.size() > 1) name += "#" + std::to_string(value.output);
+    if (calls_[value.call].program->outputs.size() > 1) {
+      name += '#';
+      name += std::to_string(value.output);
+    }
     return name;
   };
   std::vector<std::string> params, results, result_names;

@@ -65,7 +65,10 @@ std::string encode_index(const Program& program) {
   std::string out = std::to_string(program.disk_key.size()) + "\n" + program.disk_key;
   for (const auto& t : program.outputs) {
     out += "o " + std::to_string(static_cast<int>(t.dtype));
-    for (int64_t d : t.shape) out += " " + std::to_string(d);
+    for (int64_t d : t.shape) {
+      out += ' ';
+      out += std::to_string(d);
+    }
     out += "\n";
   }
   for (const auto& c : program.checks) out += "c " + c + "\n";
@@ -176,12 +179,15 @@ Runtime::Runtime() {
   std::vector<pjrt::NamedOption> options;
   if (device_name_ == "CUDA" || device_name_ == "GPU") {
     // Allocate as needed instead of reserving most of the GPU up front.
-    pjrt::NamedOption o{"preallocate", pjrt::NamedOption::kBool};
+    pjrt::NamedOption o{};
+    o.name = "preallocate";
+    o.kind = pjrt::NamedOption::kBool;
     o.bool_value = false;
     options.push_back(o);
   }
   client_ = std::make_unique<pjrt::Client>(plugin, options);
   compile_options_ = pjrt::single_device_compile_options();
+  disk_ = DiskCache::from_environment();
   check_nan_ = env("TORCH_TPU_DEBUG_CHECK_NAN") == "1";
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")
@@ -236,24 +242,31 @@ std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::strin
   return program;
 }
 
-ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed) {
+ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed,
+                            ProgramSource* source) {
+  auto found = [source](ProgramSource s) {
+    if (source) *source = s;
+  };
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = programs_.find(key);
     if (it != programs_.end()) {
       cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      found(ProgramSource::Memory);
       return it->second;
     }
   }
-  DiskCache disk = DiskCache::from_environment();
+  DiskCache& disk = *disk_;
   // Index entry: this process's program key -> the output types, checks,
   // MLIR and executable key, so a warm process skips PyTorch's meta kernels
   // and the lowering too. Keyed by the library build as well: rules change with it.
   const std::string index_key = "index|" + library_identity() + "|" + plugin_path_ + "|" + key;
   std::shared_ptr<Program> program;
+  found(ProgramSource::Compiled);
   if (indexed && disk.enabled()) {
     const auto load_start = std::chrono::steady_clock::now();
     if ((program = load_indexed(disk, index_key))) {
+      found(ProgramSource::Disk);
       count("disk_index_hits");
       count("disk_load_us", microseconds_since(load_start));
     }
@@ -274,16 +287,18 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   program->id = next_program_id_.fetch_add(1);
   // Compiled now so that a compile error surfaces at its op; Fused mode
   // compiles only the windows that call it.
-  if (mode() != EagerMode::Fused) executable(*program);
+  bool from_disk = false;
+  if (mode() != EagerMode::Fused) executable(*program, &from_disk);
+  if (from_disk) found(ProgramSource::Disk);
   if (built && indexed && disk.enabled() && serializable_.load()) disk.store(index_key, encode_index(*program));
   std::lock_guard<std::mutex> lock(mutex_);
   return programs_.emplace(key, std::move(program)).first->second;
 }
 
-const pjrt::Executable& Runtime::executable(const Program& program) {
+const pjrt::Executable& Runtime::executable(const Program& program, bool* from_disk) {
   std::lock_guard<std::mutex> lock(program.compile_mutex);
   if (program.executable) return *program.executable;
-  DiskCache disk = DiskCache::from_environment();
+  DiskCache& disk = *disk_;
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
   const auto load_start = std::chrono::steady_clock::now();
   if (auto bytes = disk.load(program.disk_key, &lookup)) {
@@ -291,6 +306,7 @@ const pjrt::Executable& Runtime::executable(const Program& program) {
       program.executable = client_->deserialize(*bytes);
       count("disk_cache_hits");
       count("disk_load_us", microseconds_since(load_start));
+      if (from_disk) *from_disk = true;
       return *program.executable;
     } catch (const pjrt::Error&) {
       lookup = DiskCache::Lookup::Rejected;  // a valid file the plugin refuses: compile afresh below
@@ -330,7 +346,8 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const s
 }
 
 std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const std::vector<pjrt::BufferPtr>& args,
-                                                  int device, const char* what, bool check_memory) {
+                                                  int device, const char* what, bool check_memory,
+                                                  const std::vector<int64_t>& keep) {
   std::vector<PJRT_Buffer*> raw;
   raw.reserve(args.size());
   for (const auto& a : args) {
@@ -340,7 +357,7 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
   const pjrt::Executable& exe = executable(program);
   if (check_memory) check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
-  auto outputs = exe.execute(raw, this->device(device));
+  auto outputs = exe.execute(raw, this->device(device), keep);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& pending = pending_[device];

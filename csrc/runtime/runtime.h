@@ -95,6 +95,11 @@ enum class EagerMode { Strict, Debug, Fused };
 
 class FusedWindow;
 
+// Where Runtime::program found a program: this process's memory, the disk
+// cache (an index entry or an executable for the same StableHLO), or nowhere
+// (compiled now).
+enum class ProgramSource { Memory, Disk, Compiled };
+
 class Runtime {
  public:
   // The process's runtime, created on first use (loads the plugin).
@@ -109,23 +114,31 @@ class Runtime {
   PJRT_Device* device(int index) const;
   const std::string& device_name() const { return device_name_; }  // "CPU", "CUDA", "TPU"
   const std::string& plugin_path() const { return plugin_path_; }
+  // The persistent compilation cache, read from the environment once, when the runtime starts.
+  DiskCache& disk_cache() { return *disk_; }
 
   // The program for `key`, built by `build()` (MLIR text and output types)
   // on the first request only, and compiled then unless the mode is Fused.
   // `indexed`: the disk cache also maps `key` to the program, so that a warm
   // process skips build(); only for keys that mean the same in every process.
-  ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed = true);
+  // `source`, if given, says where the program came from.
+  ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed = true,
+                     ProgramSource* source = nullptr);
   // Runs `program` on `device`, not waiting for it unless the mode is Debug;
   // in Fused mode records it into the window and returns placeholders.
   // Throws OutOfMemory, before running, when its outputs cannot fit.
   std::vector<pjrt::BufferPtr> execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args, int device,
                                        const char* what);
   // Runs `program` now in any mode (a compiled graph, a fused window); a
-  // placeholder argument flushes the window first.
+  // placeholder argument flushes the window first. `keep`: arguments the
+  // program aliases to outputs that must not be donated (see
+  // pjrt::Executable::execute).
   std::vector<pjrt::BufferPtr> execute_now(const Program& program, const std::vector<pjrt::BufferPtr>& args, int device,
-                                           const char* what, bool check_memory = true);
-  // The program's executable, compiled or loaded from the disk cache on first use.
-  const pjrt::Executable& executable(const Program& program);
+                                           const char* what, bool check_memory = true,
+                                           const std::vector<int64_t>& keep = {});
+  // The program's executable, compiled or loaded from the disk cache on first
+  // use (then *from_disk is set).
+  const pjrt::Executable& executable(const Program& program, bool* from_disk = nullptr);
   // Runs the fused window, if it holds anything; `reason` is counted in the
   // metrics as fused_flush_<reason>.
   void flush(const char* reason);
@@ -185,6 +198,7 @@ class Runtime {
   std::unique_ptr<FusedWindow> window_;
   std::atomic<uint64_t> next_program_id_{1};
   std::unique_ptr<pjrt::Client> client_;
+  std::unique_ptr<DiskCache> disk_;
   std::string device_name_, plugin_path_;
   std::string compile_options_;
   std::mutex mutex_;

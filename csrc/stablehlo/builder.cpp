@@ -233,10 +233,19 @@ Value Builder::emit(const std::string& op, const std::vector<Value>& operands, c
   return out;
 }
 
-std::string Builder::module(const std::vector<Value>& results) const {
+std::string Builder::module(const std::vector<Value>& results,
+                            const std::vector<std::pair<size_t, size_t>>& aliases) const {
   std::ostringstream s;
   s << "module @torch_tpu {\n  func.func public @main(";
-  for (size_t i = 0; i < params_.size(); ++i) s << (i ? ", " : "") << params_[i].name << ": " << params_[i].type.str();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    s << (i ? ", " : "") << params_[i].name << ": " << params_[i].type.str();
+    for (const auto& [param, result] : aliases) {
+      if (param != i) continue;
+      if (result >= results.size() || results[result].type.str() != params_[i].type.str())
+        throw std::logic_error("stablehlo: an aliased parameter and its result must have the same type");
+      s << " {tf.aliasing_output = " << result << " : i32}";
+    }
+  }
   s << ") -> (";
   for (size_t i = 0; i < results.size(); ++i) s << (i ? ", " : "") << results[i].type.str();
   s << ") {\n";

@@ -137,8 +137,11 @@ class Builder {
  public:
   // A function argument, in order of creation.
   Value parameter(const TensorType& type);
-  // The whole module with `results` returned by @main.
-  std::string module(const std::vector<Value>& results) const;
+  // The whole module with `results` returned by @main. `aliases` pairs a
+  // parameter with the result that may reuse its buffer (tf.aliasing_output):
+  // a donated input becomes that output without a copy.
+  std::string module(const std::vector<Value>& results,
+                     const std::vector<std::pair<size_t, size_t>>& aliases = {}) const;
 
   // A splat constant: every element is `v` converted to `type.dtype`.
   Value constant(double v, const TensorType& type);

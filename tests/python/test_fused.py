@@ -192,7 +192,7 @@ def test_steady_training_loop_compiles_nothing_after_warmup(fused, opt_cls):
     # from step 3 on every window is found in the cache.
     assert m["fused_flush_optimizer_step"] == 8
     assert compiles[1] == compiles[-1], compiles
-    assert m["fused_window_hits"] == 6
+    assert m["fused_window_hits"] >= 6  # 7 when an earlier test made the scalars inputs already
     assert m.get("fused_recompiles", 0) == 0, m
     # The parameters' old buffers are donated: updated in place, not copied.
     assert m["fused_donated_buffers"] >= len(params) * 7, m
