@@ -7,7 +7,7 @@ model on the corpus of simple stories that ships with torch_tpu
 transformers: the only line that names the device is `.to(device)`.
 
     python examples/hf_finetune.py --steps 200            # Strict eager
-    python examples/hf_finetune.py --steps 200 --mode compile
+    python examples/hf_finetune.py --steps 200 --mode compile   # or --mode fused
 
 It shows a progress bar with the loss, writes the loss curve to a PNG, saves
 the model (`save_pretrained`) and its characters, prints a greedy sample, and
@@ -53,7 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--device", default="tpu")
-    p.add_argument("--mode", choices=["strict", "compile"], default="strict", help="Strict eager or torch.compile")
+    p.add_argument(
+        "--mode", choices=["strict", "fused", "compile"], default="strict", help="Strict or Fused eager, or compile"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("hf_finetune_loss.png"), help="the loss plot")
     p.add_argument("--save", type=Path, default=Path("hf_finetune_model"), help="where the model is saved")
@@ -72,6 +74,8 @@ def main(argv=None) -> None:
     print(f"device: {args.device}, mode: {args.mode}, {args.steps} steps of {args.batch} x {CONTEXT} chars")
 
     forward = torch.compile(model, backend="tpu") if args.mode == "compile" else model
+    if args.device == "tpu":
+        torch_tpu.set_eager_mode("fused" if args.mode == "fused" else "strict")
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     losses: list[float] = []
     pending: list[torch.Tensor] = []  # reading a loss waits for the device: read every 10 steps

@@ -1,6 +1,7 @@
 """Generate text with a Hugging Face Llama on "tpu", in a chosen mode.
 
     python examples/hf_generate.py --mode strict                 # eager, default (dynamic) KV cache
+    python examples/hf_generate.py --mode fused                  # eager, each token's ops run as one program
     python examples/hf_generate.py --mode compile                # static KV cache, decoding step compiled
     python examples/hf_generate.py --model hf_finetune_model     # the model examples/hf_finetune.py saved
 
@@ -27,7 +28,7 @@ from torch_tpu.demo import CharTokenizer, load_corpus
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=["strict", "compile"], default="strict")
+    p.add_argument("--mode", choices=["strict", "fused", "compile"], default="strict")
     p.add_argument("--model", type=Path, help="a directory saved by hf_finetune.py (default: random weights)")
     p.add_argument("--prompt", default="once upon a time")
     p.add_argument("--new-tokens", type=int, default=60)
@@ -55,6 +56,7 @@ def main(argv=None) -> None:
         kwargs.update(temperature=0.8, top_k=0)
     if args.mode == "compile":
         kwargs["cache_implementation"] = "static"
+    torch_tpu.set_eager_mode("fused" if args.mode == "fused" else "strict")
 
     for run in ("cold", "warm"):
         torch.manual_seed(args.seed)
