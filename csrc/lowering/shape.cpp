@@ -12,6 +12,7 @@ using stablehlo::Compare;
 
 // A Scalar argument as a 0-d value of `dtype`, exact for integers.
 Value scalar_arg(LoweringContext& c, size_t i, DType dtype) {
+  if (c.args[i].dynamic) return c.value_as(i, {dtype, {}});  // a program input, not a constant
   if (c.args[i].kind == LoweringArg::Int) return c.b.constant_int(c.args[i].i, {dtype, {}});
   return c.b.scalar(c.number(i), dtype);
 }
