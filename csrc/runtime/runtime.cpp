@@ -445,6 +445,9 @@ void Runtime::synchronize(int device) {
 
 pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device) {
   count("transfers_to_device");
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  count("bytes_to_device", n * static_cast<int64_t>(stablehlo::byte_size(dtype)));
   return client_->buffer_from_host(data, pjrt_type(dtype), dims, this->device(device));
 }
 

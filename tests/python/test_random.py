@@ -162,7 +162,9 @@ def test_filling_a_fresh_tensor_uploads_only_the_key():
     torch_tpu.reset_metrics()
     torch.rand(1000, device=D)
     torch.empty(1000, device=D).normal_()
-    assert torch_tpu.metrics()["transfers_to_device"] == 2  # one 8-byte key each, never the tensor
+    m = torch_tpu.metrics()
+    # A key each (and the Scalars that earlier tests made program inputs), never the tensor.
+    assert m["transfers_to_device"] >= 2 and m["bytes_to_device"] <= 64, m
 
 
 def test_a_cpu_generator_is_refused_with_a_clear_message():
