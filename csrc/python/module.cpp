@@ -41,7 +41,7 @@ double bare_execute_median_us(const at::Tensor& a, const at::Tensor& b, int iter
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    auto outs = Runtime::get().executable(*program).execute({ba->raw(), bb->raw()}, device);
+    auto outs = Runtime::get().executable(*program)->execute({ba->raw(), bb->raw()}, device);
     outs.clear();
     times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }

@@ -109,6 +109,22 @@ int64_t find_capacity(const pjrt::Client& client, size_t d) {
   return std::numeric_limits<int64_t>::max();
 }
 
+// How many executables stay loaded at once (Runtime::loaded_).
+size_t max_executables() {
+  const std::string v = env("TORCH_TPU_MAX_EXECUTABLES");
+  if (v.empty()) return 4096;
+  size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+  }
+  if (n < 1 || used != v.size())
+    throw std::runtime_error("torch_tpu: TORCH_TPU_MAX_EXECUTABLES='" + v +
+                             "' is not a positive number of executables to keep loaded (default 4096).");
+  return static_cast<size_t>(n);
+}
+
 }  // namespace
 
 PJRT_Buffer_Type pjrt_type(DType t) {
@@ -188,6 +204,7 @@ Runtime::Runtime() {
   client_ = std::make_unique<pjrt::Client>(plugin, options);
   compile_options_ = pjrt::single_device_compile_options();
   disk_ = DiskCache::from_environment();
+  max_executables_ = max_executables();
   check_nan_ = env("TORCH_TPU_DEBUG_CHECK_NAN") == "1";
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")
@@ -295,9 +312,12 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   return programs_.emplace(key, std::move(program)).first->second;
 }
 
-const pjrt::Executable& Runtime::executable(const Program& program, bool* from_disk) {
+std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bool* from_disk) {
   std::lock_guard<std::mutex> lock(program.compile_mutex);
-  if (program.executable) return *program.executable;
+  if (program.executable) {
+    mark_loaded(program, false);
+    return program.executable;
+  }
   DiskCache& disk = *disk_;
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
   const auto load_start = std::chrono::steady_clock::now();
@@ -307,7 +327,8 @@ const pjrt::Executable& Runtime::executable(const Program& program, bool* from_d
       count("disk_cache_hits");
       count("disk_load_us", microseconds_since(load_start));
       if (from_disk) *from_disk = true;
-      return *program.executable;
+      mark_loaded(program, true);
+      return program.executable;
     } catch (const pjrt::Error&) {
       lookup = DiskCache::Lookup::Rejected;  // a valid file the plugin refuses: compile afresh below
     }
@@ -336,7 +357,34 @@ const pjrt::Executable& Runtime::executable(const Program& program, bool* from_d
     }
     if (!bytes.empty() && disk.store(program.disk_key, bytes)) count("disk_cache_writes");
   }
-  return *program.executable;
+  mark_loaded(program, true);
+  return program.executable;
+}
+
+// Called with program.compile_mutex held. Another program is unloaded only if
+// its compile_mutex is free (try_lock): two threads never wait on each other.
+void Runtime::mark_loaded(const Program& program, bool fresh) {
+  std::lock_guard<std::mutex> lock(loaded_mutex_);
+  if (!fresh) {
+    loaded_.splice(loaded_.begin(), loaded_, program.loaded_at);
+    return;
+  }
+  loaded_.push_front(program.weak_from_this());
+  program.loaded_at = loaded_.begin();
+  auto it = loaded_.end();
+  while (loaded_.size() > max_executables_ && it != std::next(loaded_.begin())) {
+    --it;
+    auto victim = it->lock();
+    if (!victim) {  // a program dropped (a duplicate build): its executable went with it
+      it = loaded_.erase(it);
+      continue;
+    }
+    std::unique_lock<std::mutex> victim_lock(victim->compile_mutex, std::try_to_lock);
+    if (!victim_lock.owns_lock()) continue;  // in use by another thread right now
+    victim->executable.reset();
+    it = loaded_.erase(it);
+    ++unloaded_executables_;
+  }
 }
 
 std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
@@ -354,10 +402,10 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
     if (a->is_placeholder()) resolve(*a, "compiled_graph");
     raw.push_back(a->raw());
   }
-  const pjrt::Executable& exe = executable(program);
+  const auto exe = executable(program);
   if (check_memory) check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
-  auto outputs = exe.execute(raw, this->device(device), keep);
+  auto outputs = exe->execute(raw, this->device(device), keep);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& pending = pending_[device];
@@ -481,6 +529,11 @@ std::map<std::string, int64_t> Runtime::metrics() {
   m["executions"] = executions_.load();
   m["cache_hits"] = cache_hits_.load();
   m["cached_programs"] = static_cast<int64_t>(programs_.size());
+  {
+    std::lock_guard<std::mutex> loaded_lock(loaded_mutex_);
+    m["loaded_executables"] = static_cast<int64_t>(loaded_.size());
+    m["unloaded_executables"] = unloaded_executables_;
+  }
   return m;
 }
 
@@ -489,6 +542,8 @@ void Runtime::reset_metrics() {
   counters_.clear();
   executions_ = 0;
   cache_hits_ = 0;
+  std::lock_guard<std::mutex> loaded_lock(loaded_mutex_);
+  unloaded_executables_ = 0;
 }
 
 namespace {

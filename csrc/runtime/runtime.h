@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,7 +42,7 @@ struct DeviceStorage {
 // A program and the types of its outputs. Its executable is compiled (or
 // loaded from the disk cache) on first execution: a program only recorded
 // into fused windows is never compiled on its own.
-struct Program {
+struct Program : std::enable_shared_from_this<Program> {
   std::string key;  // the cache key it was built under
   uint64_t id = 0;  // unique in this process; names it in fused window keys
   std::vector<TensorType> outputs;
@@ -52,9 +53,11 @@ struct Program {
   std::vector<std::string> checks;
   int64_t output_bytes = 0;  // checked against the device's free capacity before each run
 
-  // Set once by Runtime::executable().
+  // Set by Runtime::executable(); unloaded again when it is the least recently
+  // used of more than TORCH_TPU_MAX_EXECUTABLES loaded ones.
   mutable std::mutex compile_mutex;
   mutable std::shared_ptr<pjrt::Executable> executable;
+  mutable std::list<std::weak_ptr<const Program>>::iterator loaded_at;  // valid while executable is set
 };
 
 // What building a program yields: MLIR text, output types, and check messages.
@@ -137,8 +140,9 @@ class Runtime {
                                            const char* what, bool check_memory = true,
                                            const std::vector<int64_t>& keep = {});
   // The program's executable, compiled or loaded from the disk cache on first
-  // use (then *from_disk is set).
-  const pjrt::Executable& executable(const Program& program, bool* from_disk = nullptr);
+  // use (then *from_disk is set). Hold it while running it: an executable
+  // unused for long may be unloaded (see loaded_).
+  std::shared_ptr<pjrt::Executable> executable(const Program& program, bool* from_disk = nullptr);
   // Runs the fused window, if it holds anything; `reason` is counted in the
   // metrics as fused_flush_<reason>.
   void flush(const char* reason);
@@ -203,6 +207,17 @@ class Runtime {
   std::string compile_options_;
   std::mutex mutex_;
   std::unordered_map<std::string, ProgramPtr> programs_;
+  // Programs whose executable is loaded, most recently used first. Each holds
+  // JIT code mappings (about three on the CPU plugin, and the kernel's limit
+  // is 65530 per process) and device-side code, so a process that makes many
+  // programs (a long test run, many shapes) unloads the least recently used
+  // beyond max_executables_; the next use loads it from the disk cache or
+  // compiles it again.
+  std::mutex loaded_mutex_;
+  std::list<std::weak_ptr<const Program>> loaded_;
+  size_t max_executables_ = 4096;  // TORCH_TPU_MAX_EXECUTABLES
+  int64_t unloaded_executables_ = 0;
+  void mark_loaded(const Program& program, bool fresh);
   std::map<std::string, int64_t> counters_;
   std::atomic<int64_t> executions_{0}, cache_hits_{0};  // the per-op counters, kept lock-free
   std::atomic<EagerMode> mode_{EagerMode::Strict};

@@ -91,3 +91,47 @@ def test_info_clear_and_cli(tmp_path, monkeypatch):
     cleared = run(tmp_path, code="from torch_tpu.__main__ import main; main(['cache', 'clear'])")
     assert f"removed {n} entries" in cleared.stdout
     assert torch_tpu.cache_info()["entries"] == 0
+
+
+# 80 shapes of three ops, twice: 240 programs (80 windows in Fused mode) with
+# at most 16 executables loaded at once. The least recently used are unloaded
+# and come back from the disk cache (or are compiled again when it is off),
+# with the same results. A long run would otherwise exhaust the process's
+# memory mappings (JIT code): the Fused pass of the suite aborted in LLVM.
+MANY_PROGRAMS = """
+import json, torch, torch_tpu
+def mappings():
+    return sum(1 for _ in open("/proc/self/maps"))
+before = mappings()
+for rep in range(2):
+    for n in range(1, 81):
+        x = torch.ones(n, device="tpu") * 3 + 1
+        assert x.cpu().sum().item() == 4 * n, (rep, n)
+m = torch_tpu.metrics()
+print(json.dumps({"loaded": m["loaded_executables"], "unloaded": m["unloaded_executables"],
+                  "new_mappings": mappings() - before, "disk_cache_hits": m.get("disk_cache_hits", 0)}))
+"""
+
+
+def test_least_recently_used_executables_are_unloaded(tmp_path):
+    for mode in ("strict", "fused"):
+        for cache in (tmp_path / mode, "off"):
+            out = json.loads(
+                run(
+                    cache, MANY_PROGRAMS, TORCH_TPU_MAX_EXECUTABLES="16", TORCH_TPU_EAGER_MODE=mode
+                ).stdout.splitlines()[-1]
+            )
+            assert out["loaded"] == 16 and out["unloaded"] > 100, (mode, cache, out)
+            # Each loaded executable maps about 3 regions (measured: 1463 for 450 kept loaded);
+            # unloading keeps it to less than half of what keeping every one would map.
+            assert 2 * out["new_mappings"] < 3 * (out["loaded"] + out["unloaded"]), (mode, cache, out)
+            if cache != "off":
+                assert out["disk_cache_hits"] > 0, (mode, out)  # the second round reloads from disk
+    bad = subprocess.run(
+        [sys.executable, "-c", "import torch, torch_tpu; torch.ones(1, device='tpu')"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TORCH_TPU_MAX_EXECUTABLES": "many"},
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "TORCH_TPU_MAX_EXECUTABLES='many' is not a positive number" in bad.stderr
