@@ -10,17 +10,6 @@
 namespace torch_tpu::runtime {
 namespace {
 
-size_t window_limit() {
-  const char* v = std::getenv("TORCH_TPU_FUSED_WINDOW");
-  if (!v || !*v) return 2048;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end || n < 1)
-    throw std::runtime_error(std::string("torch_tpu: TORCH_TPU_FUSED_WINDOW='") + v +
-                             "' is not a positive number of ops per fused window.");
-  return static_cast<size_t>(n);
-}
-
 void append_int(std::string& s, uint64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
@@ -77,7 +66,7 @@ std::string join(const std::vector<std::string>& items) {
 
 FusedWindow::FusedWindow(Runtime& runtime)
     : runtime_(runtime),
-      limit_(window_limit()),
+      limit_(static_cast<size_t>(positive_env("TORCH_TPU_FUSED_WINDOW", 2048, "ops per fused window"))),
       debug_(std::getenv("TORCH_TPU_FUSED_DEBUG") != nullptr &&
              std::string(std::getenv("TORCH_TPU_FUSED_DEBUG")) == "1") {}
 

@@ -91,41 +91,29 @@ std::string hash_hex(const std::string& s) {
 
 // Bytes device `d` can hold (Runtime::memory_capacity).
 int64_t find_capacity(const pjrt::Client& client, size_t d) {
-  if (std::string limit = env("TORCH_TPU_MEMORY_LIMIT"); !limit.empty()) {
-    size_t used = 0;
-    int64_t bytes = -1;
-    try {
-      bytes = std::stoll(limit, &used);
-    } catch (const std::exception&) {
-    }
-    if (bytes <= 0 || used != limit.size())
-      throw std::runtime_error("torch_tpu: TORCH_TPU_MEMORY_LIMIT='" + limit +
-                               "' is not a positive number of bytes (e.g. 8589934592 for 8 GiB).");
-    return bytes;
-  }
+  if (int64_t bytes = positive_env("TORCH_TPU_MEMORY_LIMIT", 0, "bytes (e.g. 8589934592 for 8 GiB)")) return bytes;
   if (auto stats = client.device_memory_stats(d); stats && stats->bytes_limit > 0) return stats->bytes_limit;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page > 0) return static_cast<int64_t>(pages) * page;
   return std::numeric_limits<int64_t>::max();
 }
 
-// How many executables stay loaded at once (Runtime::loaded_).
-size_t max_executables() {
-  const std::string v = env("TORCH_TPU_MAX_EXECUTABLES");
-  if (v.empty()) return 4096;
+}  // namespace
+
+int64_t positive_env(const char* name, int64_t fallback, const std::string& unit) {
+  const std::string v = env(name);
+  if (v.empty()) return fallback;
   size_t used = 0;
-  long long n = -1;
+  int64_t n = -1;
   try {
     n = std::stoll(v, &used);
   } catch (const std::exception&) {
   }
   if (n < 1 || used != v.size())
-    throw std::runtime_error("torch_tpu: TORCH_TPU_MAX_EXECUTABLES='" + v +
-                             "' is not a positive number of executables to keep loaded (default 4096).");
-  return static_cast<size_t>(n);
+    throw std::runtime_error("torch_tpu: " + std::string(name) + "='" + v + "' is not a positive number of " + unit +
+                             ".");
+  return n;
 }
-
-}  // namespace
 
 PJRT_Buffer_Type pjrt_type(DType t) {
   switch (t) {
@@ -204,7 +192,8 @@ Runtime::Runtime() {
   client_ = std::make_unique<pjrt::Client>(plugin, options);
   compile_options_ = pjrt::single_device_compile_options();
   disk_ = DiskCache::from_environment();
-  max_executables_ = max_executables();
+  max_executables_ =
+      static_cast<size_t>(positive_env("TORCH_TPU_MAX_EXECUTABLES", 4096, "executables to keep loaded (default 4096)"));
   check_nan_ = env("TORCH_TPU_DEBUG_CHECK_NAN") == "1";
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")

@@ -26,6 +26,10 @@ using stablehlo::TensorType;
 
 PJRT_Buffer_Type pjrt_type(DType t);
 
+// The positive integer in environment variable `name`, or `fallback` when it
+// is unset; anything else throws "NAME='v' is not a positive number of <unit>".
+int64_t positive_env(const char* name, int64_t fallback, const std::string& unit);
+
 // What a tensor's storage DataPtr points at (DESIGN.md, "Storage model").
 // `value` is a flat 1-D buffer of nbytes / byte_size(dtype) elements, or null
 // until something writes the storage. Buffers are immutable values: a write
