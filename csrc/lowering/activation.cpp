@@ -63,7 +63,7 @@ std::vector<Value> silu_backward(LoweringContext& c) {
 // hardtanh(self, min_val, max_val)
 std::vector<Value> hardtanh(LoweringContext& c) {
   Value x = c.operand_as_output(0);
-  return {c.b.binary(Binary::Minimum, c.b.binary(Binary::Maximum, x, k(c, c.number(1))), k(c, c.number(2)))};
+  return {minimum(c.b, maximum(c.b, x, k(c, c.number(1))), k(c, c.number(2)))};
 }
 
 // hardtanh_backward(grad_output, self, min_val, max_val)
@@ -94,13 +94,13 @@ std::vector<Value> softplus(LoweringContext& c) {
 std::vector<Value> hardsigmoid(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   Value y = c.b.binary(Binary::Divide, add(c, x, k(c, 3)), k(c, 6));
-  return {c.b.binary(Binary::Minimum, c.b.binary(Binary::Maximum, y, k(c, 0)), k(c, 1))};
+  return {minimum(c.b, maximum(c.b, y, k(c, 0)), k(c, 1))};
 }
 
 std::vector<Value> hardswish(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   Value y = c.b.binary(Binary::Divide, add(c, x, k(c, 3)), k(c, 6));
-  return {mul(c, x, c.b.binary(Binary::Minimum, c.b.binary(Binary::Maximum, y, k(c, 0)), k(c, 1)))};
+  return {mul(c, x, minimum(c.b, maximum(c.b, y, k(c, 0)), k(c, 1)))};
 }
 
 std::vector<Value> mish(LoweringContext& c) {
@@ -110,10 +110,10 @@ std::vector<Value> mish(LoweringContext& c) {
   return {mul(c, x, c.b.unary(Unary::Tanh, c.b.select(big, x, sp)))};
 }
 
-// threshold(self, threshold, value): x > threshold ? x : value
+// threshold(self, threshold, value): x <= threshold ? value : x (NaN stays).
 std::vector<Value> threshold(LoweringContext& c) {
   Value x = c.operand_as_output(0);
-  return {c.b.select(c.b.compare(Compare::GT, x, k(c, c.number(1))), x, k(c, c.number(2)))};
+  return {c.b.select(c.b.compare(Compare::LE, x, k(c, c.number(1))), k(c, c.number(2)), x)};
 }
 
 // threshold_backward(grad_output, self, threshold): relu's backward.
@@ -185,7 +185,7 @@ std::vector<Value> mish_backward(LoweringContext& c) {
 std::vector<Value> log_sigmoid_forward(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   Value z = c.b.unary(Unary::Exp, c.b.unary(Unary::Negate, c.b.unary(Unary::Abs, x)));
-  Value y = sub(c, c.b.binary(Binary::Minimum, x, k(c, 0)), c.b.unary(Unary::Log1p, z));
+  Value y = sub(c, minimum(c.b, x, k(c, 0)), c.b.unary(Unary::Log1p, z));
   return {y, c.b.reshape(c.b.cast(z, c.out(1).dtype), c.out(1).shape)};
 }
 

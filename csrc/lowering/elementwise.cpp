@@ -26,17 +26,39 @@ std::vector<Value> mul(LoweringContext& c) {
   return {c.b.binary(c.out().dtype == DType::Bool ? Binary::And : Binary::Multiply, a, b)};
 }
 
+// Floating a // b exactly as PyTorch's CPU and CUDA kernels compute it
+// (div_floor_floating): from fmod, so non-finite operands give what they give
+// there (inf // 1 is nan, -2 // inf is -1), and a zero keeps its sign.
+Value floor_divide_float(Builder& b, const Value& x, const Value& y) {
+  auto k = [&](double v) { return b.constant(v, x.type); };
+  Value q = b.binary(Binary::Divide, x, y);
+  Value mod = b.binary(Binary::Remainder, x, y);
+  Value div = b.binary(Binary::Divide, b.binary(Binary::Subtract, x, mod), y);
+  Value mod_nonzero = b.compare(stablehlo::Compare::NE, mod, k(0));
+  Value signs_differ = b.compare(stablehlo::Compare::NE, b.compare(stablehlo::Compare::LT, y, k(0)),
+                                 b.compare(stablehlo::Compare::LT, mod, k(0)));
+  div = b.select(b.binary(Binary::And, mod_nonzero, signs_differ), b.binary(Binary::Subtract, div, k(1)), div);
+  Value floor = b.unary(Unary::Floor, div);
+  floor = b.select(b.compare(stablehlo::Compare::GT, b.binary(Binary::Subtract, div, floor), k(0.5)),
+                   b.binary(Binary::Add, floor, k(1)), floor);
+  Value signed_zero = b.binary(Binary::Multiply, k(0), q);  // copysign(0, q): q is finite here
+  Value r = b.select(b.compare(stablehlo::Compare::NE, div, k(0)), floor, signed_zero);
+  return b.select(b.compare(stablehlo::Compare::EQ, y, k(0)), q, r);
+}
+
 // a / b rounded per `mode`: "" (true division) | "trunc" | "floor".
 Value divide(LoweringContext& c, const std::string& mode) {
-  Value q = c.b.binary(Binary::Divide, c.operand_as_output(0), c.operand_as_output(1));
-  if (mode == "floor" && stablehlo::is_float(c.out().dtype)) q = c.b.unary(Unary::Floor, q);
-  if (mode == "trunc" && stablehlo::is_float(c.out().dtype)) {
+  Value a = c.operand_as_output(0), b = c.operand_as_output(1);
+  const bool is_float = stablehlo::is_float(c.out().dtype);
+  if (mode == "floor" && is_float) return floor_divide_float(c.b, a, b);
+  Value q = c.b.binary(Binary::Divide, a, b);
+  if (mode == "trunc" && is_float) {
     Value zero = c.b.constant(0, c.out());
     q = c.b.select(c.b.compare(stablehlo::Compare::LT, q, zero), c.b.unary(Unary::Ceil, q), c.b.unary(Unary::Floor, q));
   }
-  if (mode == "floor" && !stablehlo::is_float(c.out().dtype)) {
+  if (mode == "floor" && !is_float) {
     // Integer division truncates; floor differs when the signs differ and it is inexact.
-    Value a = c.operand_as_output(0), b = c.operand_as_output(1), zero = c.b.constant(0, c.out());
+    Value zero = c.b.constant(0, c.out());
     Value inexact = c.b.compare(stablehlo::Compare::NE, c.b.binary(Binary::Remainder, a, b), zero);
     Value signs_differ = c.b.compare(stablehlo::Compare::NE, c.b.compare(stablehlo::Compare::LT, a, zero),
                                      c.b.compare(stablehlo::Compare::LT, b, zero));
@@ -66,7 +88,7 @@ LoweringRule rounding(Unary op) {
 
 std::vector<Value> relu(LoweringContext& c) {
   Value x = c.operand_as_output(0);
-  return {c.b.binary(Binary::Maximum, x, c.b.constant(0, c.out()))};
+  return {maximum(c.b, x, c.b.constant(0, c.out()))};
 }
 
 // fill(self, value): every element of self's shape becomes value.
@@ -135,18 +157,26 @@ std::vector<Value> remainder(LoweringContext& c) {
   return {c.b.select(fix, c.b.binary(Binary::Add, r, b), r)};
 }
 
-// clamp(self, min?, max?) with Scalar or Tensor bounds: min(max(x, lo), hi).
+// clamp(self, min?, max?) with Scalar or Tensor bounds: min(max(x, lo), hi),
+// so a NaN in x or in a bound gives NaN, and min > max gives max.
 std::vector<Value> clamp(LoweringContext& c) {
   Value x = c.operand_as_output(0);
-  if (c.has(1)) x = c.b.binary(Binary::Maximum, x, c.operand_as_output(1));
-  if (c.has(2)) x = c.b.binary(Binary::Minimum, x, c.operand_as_output(2));
+  if (c.has(1)) x = maximum(c.b, x, c.operand_as_output(1));
+  if (c.has(2)) x = minimum(c.b, x, c.operand_as_output(2));
   return {x};
 }
 std::vector<Value> clamp_min(LoweringContext& c) {
-  return {c.b.binary(Binary::Maximum, c.operand_as_output(0), c.operand_as_output(1))};
+  return {maximum(c.b, c.operand_as_output(0), c.operand_as_output(1))};
 }
 std::vector<Value> clamp_max(LoweringContext& c) {
-  return {c.b.binary(Binary::Minimum, c.operand_as_output(0), c.operand_as_output(1))};
+  return {minimum(c.b, c.operand_as_output(0), c.operand_as_output(1))};
+}
+
+std::vector<Value> elementwise_max(LoweringContext& c) {
+  return {maximum(c.b, c.operand_as_output(0), c.operand_as_output(1))};
+}
+std::vector<Value> elementwise_min(LoweringContext& c) {
+  return {minimum(c.b, c.operand_as_output(0), c.operand_as_output(1))};
 }
 
 // logical ops: operands are "x != 0", the result is bool.
@@ -227,10 +257,47 @@ std::vector<Value> prelu_backward(LoweringContext& c) {
           c.b.cast(c.b.select(pos, zero, c.b.binary(Binary::Multiply, x, g)), c.out(1).dtype)};
 }
 
+// sign(x) = (0 < x) - (x < 0), as PyTorch computes it: sign(nan) and
+// sign(-0.0) are 0.
 std::vector<Value> sign(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   if (x.dtype() == DType::Bool) return {x};
-  return {c.b.unary(Unary::Sign, x)};
+  Value zero = c.b.constant(0, x.type);
+  return {c.b.binary(Binary::Subtract, c.b.cast(c.b.compare(stablehlo::Compare::GT, x, zero), x.dtype()),
+                     c.b.cast(c.b.compare(stablehlo::Compare::LT, x, zero), x.dtype()))};
+}
+
+// abs: unsigned integers are their own absolute value.
+std::vector<Value> abs(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  if (x.dtype() == DType::UInt8 || x.dtype() == DType::Bool) return {x};
+  return {c.b.unary(Unary::Abs, x)};
+}
+
+// Integer base ** exponent by squaring over every bit of the exponent (XLA's
+// integer power looks at its low 6 bits only: 3 ** 100 came out as 3 ** 36).
+// A negative exponent gives 0, except for a base of 1 or -1, as on CPU.
+Value integer_power(Builder& b, const Value& base, const Value& exponent) {
+  auto k = [&](int64_t v) { return b.constant_int(v, base.type); };
+  const int bits = static_cast<int>(stablehlo::byte_size(base.dtype()) * 8);
+  Value result = k(1), square = base;
+  for (int i = 0; i < bits - (stablehlo::is_signed_int(base.dtype()) ? 1 : 0); ++i) {
+    Value bit = b.binary(Binary::And, b.binary(Binary::ShiftRightLogical, exponent, k(i)), k(1));
+    result = b.select(b.compare(stablehlo::Compare::NE, bit, k(0)), b.binary(Binary::Multiply, result, square), result);
+    square = b.binary(Binary::Multiply, square, square);
+  }
+  if (!stablehlo::is_signed_int(base.dtype())) return result;
+  Value odd = b.compare(stablehlo::Compare::NE, b.binary(Binary::And, exponent, k(1)), k(0));
+  Value negative = b.select(b.compare(stablehlo::Compare::EQ, base, k(1)), k(1),
+                            b.select(b.compare(stablehlo::Compare::EQ, base, k(-1)), b.select(odd, k(-1), k(1)), k(0)));
+  return b.select(b.compare(stablehlo::Compare::LT, exponent, k(0)), negative, result);
+}
+
+// pow in every form (Tensor ** Tensor, Tensor ** Scalar, Scalar ** Tensor).
+std::vector<Value> pow(LoweringContext& c) {
+  Value base = c.operand_as_output(0), exponent = c.operand_as_output(1);
+  if (stablehlo::is_float(c.out().dtype)) return {c.b.binary(Binary::Power, base, exponent)};
+  return {integer_power(c.b, base, exponent)};
 }
 
 // trunc rounds toward zero; integers are already whole.
@@ -356,7 +423,7 @@ LOWERING("aten::exp", unary(Unary::Exp));
 LOWERING("aten::tanh", unary(Unary::Tanh));
 LOWERING("aten::sigmoid", unary(Unary::Logistic));
 LOWERING("aten::sqrt", unary(Unary::Sqrt));
-LOWERING("aten::abs", unary(Unary::Abs));
+LOWERING("aten::abs", abs);
 LOWERING("aten::relu", relu);
 LOWERING("aten::fill.Scalar", fill);
 LOWERING("aten::fill.Tensor", fill);
@@ -367,16 +434,16 @@ LOWERING("aten::sin", unary(Unary::Sin));
 LOWERING("aten::cos", unary(Unary::Cos));
 LOWERING("aten::floor", rounding(Unary::Floor));
 LOWERING("aten::ceil", rounding(Unary::Ceil));
-LOWERING("aten::maximum", binary_op(Binary::Maximum));
-LOWERING("aten::minimum", binary_op(Binary::Minimum));
+LOWERING("aten::maximum", elementwise_max);
+LOWERING("aten::minimum", elementwise_min);
 LOWERING("aten::where.self", where);
 LOWERING("aten::remainder.Tensor", remainder);
 LOWERING("aten::remainder.Scalar", remainder);
 LOWERING("aten::fmod.Tensor", binary_op(Binary::Remainder));
 LOWERING("aten::fmod.Scalar", binary_op(Binary::Remainder));
-LOWERING("aten::pow.Tensor_Tensor", binary_op(Binary::Power));
-LOWERING("aten::pow.Tensor_Scalar", binary_op(Binary::Power));
-LOWERING("aten::pow.Scalar", binary_op(Binary::Power));
+LOWERING("aten::pow.Tensor_Tensor", pow);
+LOWERING("aten::pow.Tensor_Scalar", pow);
+LOWERING("aten::pow.Scalar", pow);
 LOWERING("aten::atan2", binary_op(Binary::Atan2));
 LOWERING("aten::hypot", hypot);
 LOWERING("aten::clamp", clamp);

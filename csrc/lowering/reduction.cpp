@@ -89,13 +89,8 @@ void refuse_empty(const char* op, const Value& x, const std::vector<int64_t>& di
                                   " to have non-zero size (input " + x.type.str() + ")");
 }
 
-// max / min of two values as PyTorch computes them: a NaN wins. Explicit,
-// because XLA CPU's reduce with a plain maximum region drops NaN.
 Value extreme(Builder& b, bool is_max, const Value& l, const Value& r) {
-  if (l.dtype() == DType::Bool) return b.binary(is_max ? Binary::Or : Binary::And, l, r);
-  Value m = b.binary(is_max ? Binary::Maximum : Binary::Minimum, l, r);
-  if (!stablehlo::is_float(l.dtype())) return m;
-  return b.select(is_nan(b, l), l, b.select(is_nan(b, r), r, m));
+  return is_max ? maximum(b, l, r) : minimum(b, l, r);
 }
 
 // amax / amin / max / min over `dims`, NaN-propagating.
