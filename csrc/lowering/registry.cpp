@@ -1,5 +1,6 @@
 #include "lowering/registry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -28,6 +29,36 @@ bool row_major(const Shape& sizes, const std::vector<int64_t>& strides) {
     expected *= sizes[d];
   }
   return true;
+}
+
+// The order of the dims in memory, outermost first, when (sizes, strides) lay
+// out every element of a storage of `storage_numel` elements exactly once
+// from offset 0 (a transposed or channels_last tensor); empty otherwise.
+std::vector<int64_t> dense_memory_order(const Shape& sizes, const std::vector<int64_t>& strides, int64_t offset,
+                                        int64_t storage_numel) {
+  std::vector<int64_t> order(sizes.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = static_cast<int64_t>(d);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (sizes[*it] == 1) continue;
+    if (strides[*it] != expected) return {};
+    expected *= sizes[*it];
+  }
+  if (offset != 0 || expected != storage_numel) return {};
+  return order;
+}
+
+std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+Shape permuted(const Shape& sizes, const std::vector<int64_t>& order) {
+  Shape out;
+  for (int64_t d : order) out.push_back(sizes[d]);
+  return out;
 }
 
 // The flat storage index of every element of the view, shaped like the view.
@@ -124,6 +155,20 @@ Value highest(Builder& b, DType t) {
   }
 }
 
+namespace {
+Value extreme(Builder& b, stablehlo::Binary op, const Value& l, const Value& r) {
+  if (l.dtype() == DType::Bool)
+    return b.binary(op == stablehlo::Binary::Maximum ? stablehlo::Binary::Or : stablehlo::Binary::And, l, r);
+  Value m = b.binary(op, l, r);
+  if (!stablehlo::is_float(l.dtype())) return m;
+  auto is_nan = [&](const Value& x) { return b.compare(stablehlo::Compare::NE, x, x); };
+  return b.select(is_nan(l), l, b.select(is_nan(r), r, m));
+}
+}  // namespace
+
+Value maximum(Builder& b, const Value& l, const Value& r) { return extreme(b, stablehlo::Binary::Maximum, l, r); }
+Value minimum(Builder& b, const Value& l, const Value& r) { return extreme(b, stablehlo::Binary::Minimum, l, r); }
+
 int64_t normalize_dim(int64_t dim, int64_t rank) {
   int64_t r = rank == 0 ? 1 : rank;
   if (dim < -r || dim >= r)
@@ -168,6 +213,13 @@ void LoweringContext::check_indices(const Value& index, int64_t size, bool allow
   checks.push_back({ok, message});
 }
 
+std::vector<int64_t> memory_order(const Shape& sizes, const std::vector<int64_t>& strides) {
+  int64_t numel = 1;
+  for (int64_t n : sizes) numel *= n;
+  if (numel == 0 || row_major(sizes, strides)) return {};
+  return dense_memory_order(sizes, strides, 0, numel);
+}
+
 Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const std::vector<int64_t>& strides,
                    int64_t offset) {
   TensorType view{storage.dtype(), sizes};
@@ -176,6 +228,10 @@ Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const s
   if (row_major(sizes, strides)) {
     if (offset == 0 && numel == storage.type.numel()) return storage;
     return b.slice(storage, {offset}, {offset + numel}, {1});
+  }
+  if (auto order = dense_memory_order(sizes, strides, offset, storage.type.numel()); !order.empty()) {
+    Value in_memory_order = b.reshape(storage, permuted(sizes, order));
+    return b.reshape(b.transpose(in_memory_order, inverse(order)), {numel});
   }
   Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
   return b.reshape(b.gather_1d(storage, index), {numel});
@@ -190,6 +246,8 @@ Value strided_write(Builder& b, const Value& storage, const Value& update, const
     if (offset == 0 && numel == storage.type.numel()) return update;
     return b.dynamic_update_slice(storage, update, {b.constant_int(offset, {DType::Int64, {}})});
   }
+  if (auto order = dense_memory_order(sizes, strides, offset, storage.type.numel()); !order.empty())
+    return b.reshape(b.transpose(b.reshape(update, sizes), order), {numel});
   Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
   return b.scatter_1d(storage, index, b.reshape(update, sizes));
 }

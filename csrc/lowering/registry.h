@@ -118,6 +118,12 @@ DType promote(DType a, bool a_scalar, DType b, bool b_scalar);
 Value lowest(Builder& b, DType t);
 Value highest(Builder& b, DType t);
 
+// max / min of two values of one type as PyTorch computes them: a NaN in
+// either wins (XLA CPU's maximum returns the second operand when it is NaN),
+// and on bool they are or / and. Every max-, min- and clamp-like rule uses them.
+Value maximum(Builder& b, const Value& l, const Value& r);
+Value minimum(Builder& b, const Value& l, const Value& r);
+
 // Inclusive scan of `x` along `dim` with the associative `op` and its identity.
 Value scan(Builder& b, Value x, int64_t dim, stablehlo::Binary op, double identity);
 // "l goes before r" when sorting (a sort comparator): NaN above every number,
@@ -126,6 +132,12 @@ Value before(Builder& b, const Value& l, const Value& r, bool descending);
 
 // A dimension argument normalized to [0, rank).
 int64_t normalize_dim(int64_t dim, int64_t rank);
+
+// The order of a layout's dims in memory, outermost first (dims by
+// decreasing stride), when it is dense and not row-major: what a result laid
+// out like PyTorch's (x.t() + 1, channels_last) is transposed to before it is
+// flattened into its storage. Empty for row-major or non-dense layouts.
+std::vector<int64_t> memory_order(const Shape& sizes, const std::vector<int64_t>& strides);
 
 // Builds the program that reads a strided view of a flat storage value as a
 // flat dense array of the view's elements (row-major).

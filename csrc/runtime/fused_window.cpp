@@ -198,8 +198,11 @@ std::string FusedWindow::module_text(const std::vector<int>& live, const std::ve
 std::vector<std::pair<int, int>> FusedWindow::donations(const std::vector<int>& live) {
   std::unordered_map<std::string, std::vector<int>> free_outputs;  // type -> live indices, last first
   std::vector<std::pair<int, int>> aliases;
+  std::unordered_map<const pjrt::Buffer*, long> kept;  // references previous_ holds
+  for (const auto& [v, before] : previous_) ++kept[before.get()];
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    if (inputs_[i].use_count() != 1) continue;
+    auto k = kept.find(inputs_[i].get());
+    if (inputs_[i].use_count() != 1 + (k == kept.end() ? 0 : k->second)) continue;
     if (free_outputs.empty())
       for (int j = static_cast<int>(live.size()) - 1; j >= 0; --j) free_outputs[value_type(live[j])].push_back(j);
     auto [c, pos] = input_first_use_[i];
@@ -303,29 +306,58 @@ std::string FusedWindow::sequence_key() const {
   return s;
 }
 
+int FusedWindow::value_index(const pjrt::Buffer& b) const {
+  if (!b.is_placeholder() || b.tag() >> 32 != generation_) return -1;
+  return static_cast<int>(b.tag() & 0xffffffffu);
+}
+
+void FusedWindow::replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before) {
+  if (!before) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (int v = value_index(*now); v >= 0) previous_[v] = before;
+}
+
 void FusedWindow::replay(const std::vector<int>& live, const std::vector<pjrt::BufferPtr>& holders,
                          const std::string& error) {
-  std::vector<pjrt::BufferPtr> values(values_.size());
+  std::vector<pjrt::BufferPtr> values(values_.size());  // null: not computed
+  std::string failure;
   for (size_t c = 0; c < calls_.size(); ++c) {
     const Call& call = calls_[c];
     std::vector<pjrt::BufferPtr> args;
-    for (const Ref& r : call.args) args.push_back(r.input ? inputs_[r.index] : values[r.index]);
+    bool computable = true;
+    for (const Ref& r : call.args) {
+      args.push_back(r.input ? inputs_[r.index] : values[r.index]);
+      computable &= args.back() != nullptr;
+    }
+    if (!computable) continue;  // it reads a result of a failed op: it fails with it
     std::vector<pjrt::BufferPtr> outs;
     try {
       outs = runtime_.execute_now(*call.program, args, device_, call.what);
       for (const auto& o : outs) o->await_ready();
     } catch (const std::exception& e) {
-      throw std::runtime_error(std::string("torch_tpu: ") + call.what + " failed (op " + std::to_string(c + 1) +
-                               " of a fused window of " + std::to_string(calls_.size()) +
-                               " ops, recorded in Fused mode and run at the flush)" +
-                               (call.stack.empty() ? ". Set TORCH_TPU_FUSED_DEBUG=1 to see where it was called from"
-                                                   : ". Called from:\n" + call.stack) +
-                               "\n" + e.what());
+      if (failure.empty())
+        failure = std::string("torch_tpu: ") + call.what + " failed (op " + std::to_string(c + 1) +
+                  " of a fused window of " + std::to_string(calls_.size()) +
+                  " ops, recorded in Fused mode and run at the flush; the ops before it took effect)" +
+                  (call.stack.empty() ? ". Set TORCH_TPU_FUSED_DEBUG=1 to see where it was called from"
+                                      : ". Called from:\n" + call.stack) +
+                  "\n" + e.what();
+      continue;
     }
     for (size_t k = 0; k < outs.size(); ++k) values[call.first_value + k] = std::move(outs[k]);
   }
-  for (size_t i = 0; i < live.size(); ++i) holders[i]->fill_from(*values[live[i]]);
+  // A value not computed that replaced a storage's value: the storage keeps what it held.
+  std::function<pjrt::BufferPtr(int)> resolved = [&](int v) -> pjrt::BufferPtr {
+    if (values[v]) return values[v];
+    auto it = previous_.find(v);
+    if (it == previous_.end()) return nullptr;
+    int before = value_index(*it->second);
+    return before < 0 ? it->second : before < v ? resolved(before) : nullptr;
+  };
+  for (size_t i = 0; i < live.size(); ++i)
+    if (auto value = resolved(live[i])) holders[i]->fill_from(*value);
   runtime_.count("fused_replays");
+  if (!failure.empty()) throw std::runtime_error(failure);
   static bool warned = false;
   if (!warned) {
     warned = true;
@@ -342,6 +374,7 @@ void FusedWindow::clear() {
   inputs_.clear();
   input_index_.clear();
   input_first_use_.clear();
+  previous_.clear();
   key_.clear();
   ++generation_;
 }

@@ -27,6 +27,10 @@ class FusedWindow {
                                       const char* what);
   // Runs the window as one program and fills the placeholders still held.
   void flush(const char* reason);
+  // `now`, a placeholder of this window, is the new value of a storage that
+  // held `before`: if the op computing `now` fails at the flush, the storage
+  // keeps `before`, as in Strict mode where the failing op raises and writes nothing.
+  void replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before);
   bool empty();
   // Where the last recorded op was called from (TORCH_TPU_FUSED_DEBUG=1), else empty.
   std::string last_stack();
@@ -64,8 +68,12 @@ class FusedWindow {
   std::vector<std::pair<int, int>> donations(const std::vector<int>& live);
   std::string module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases);
   // Runs the calls one program at a time (after the window failed as a
-  // whole): names the op that fails, else fills `live` from these results.
+  // whole). A call that fails fails alone: the calls before it and those
+  // that do not read its results still fill their values, a storage it wrote
+  // keeps its value from before; then the first failure is raised, naming its op.
   void replay(const std::vector<int>& live, const std::vector<pjrt::BufferPtr>& holders, const std::string& error);
+  // The value index of a placeholder of this window, or -1.
+  int value_index(const pjrt::Buffer& b) const;
   std::string sequence_key() const;
 
   Runtime& runtime_;
@@ -78,7 +86,8 @@ class FusedWindow {
   std::vector<Value> values_;
   std::vector<pjrt::BufferPtr> inputs_;
   std::unordered_map<PJRT_Buffer*, int> input_index_;
-  std::vector<std::pair<int, int>> input_first_use_;  // (call, argument): where its type is declared
+  std::vector<std::pair<int, int>> input_first_use_;   // (call, argument): where its type is declared
+  std::unordered_map<int, pjrt::BufferPtr> previous_;  // value -> what its storage held before (replaced())
   std::string key_;
   std::unordered_map<uint64_t, Signature> signatures_;  // by program id
   std::unordered_set<size_t> compiled_sequences_;       // hashes of op sequences (recompile detection)

@@ -58,8 +58,9 @@ int64_t output_bytes(const std::vector<TensorType>& outputs) {
   return bytes;
 }
 
-// An index entry: the executable's disk key, the output types and check
-// messages, one per line ("o <dtype> <dims...>", "c <message>"), then the
+// An index entry: the executable's disk key, the output types, layouts and
+// check messages, one per line ("o <dtype> <dims...>", "s <output> <strides...>",
+// "c <message>"), then the
 // MLIR ("m <size>" and the text: fused windows call the program's function).
 std::string encode_index(const Program& program) {
   std::string out = std::to_string(program.disk_key.size()) + "\n" + program.disk_key;
@@ -69,6 +70,12 @@ std::string encode_index(const Program& program) {
       out += ' ';
       out += std::to_string(d);
     }
+    out += "\n";
+  }
+  for (size_t k = 0; k < program.output_strides.size(); ++k) {
+    if (program.output_strides[k].empty()) continue;
+    out += "s " + std::to_string(k);
+    for (int64_t s : program.output_strides[k]) out += " " + std::to_string(s);
     out += "\n";
   }
   for (const auto& c : program.checks) out += "c " + c + "\n";
@@ -237,6 +244,13 @@ std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::strin
       TensorType t{static_cast<DType>(dtype), {}};
       for (int64_t d; fields >> d;) t.shape.push_back(d);
       program->outputs.push_back(std::move(t));
+    } else if (line.rfind("s ", 0) == 0) {
+      std::istringstream fields(line.substr(2));
+      size_t k = 0;
+      fields >> k;
+      if (k >= program->outputs.size()) return nullptr;
+      program->output_strides.resize(program->outputs.size());
+      for (int64_t s; fields >> s;) program->output_strides[k].push_back(s);
     } else if (line.rfind("m ", 0) == 0) {
       program->mlir.resize(std::stoull(line.substr(2)));
       if (!in.read(program->mlir.data(), static_cast<std::streamsize>(program->mlir.size()))) return nullptr;
@@ -283,6 +297,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     program = std::make_shared<Program>();
     program->outputs = std::move(spec.outputs);
     program->checks = std::move(spec.checks);
+    program->output_strides = std::move(spec.output_strides);
     program->output_bytes = output_bytes(program->outputs);
     program->mlir = std::move(spec.mlir);
     // The executable entry is keyed by what was compiled, how, and by which plugin.
@@ -301,11 +316,22 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   return programs_.emplace(key, std::move(program)).first->second;
 }
 
+void Runtime::set_compile_fault(std::string marker) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  compile_fault_ = std::move(marker);
+}
+
 std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bool* from_disk) {
   std::lock_guard<std::mutex> lock(program.compile_mutex);
   if (program.executable) {
     mark_loaded(program, false);
     return program.executable;
+  }
+  {
+    std::lock_guard<std::mutex> fault_lock(mutex_);
+    if (!compile_fault_.empty() && program.mlir.find(compile_fault_) != std::string::npos)
+      throw std::runtime_error("torch_tpu: compile failure injected for testing: the program contains \"" +
+                               compile_fault_ + "\"");
   }
   DiskCache& disk = *disk_;
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
@@ -415,6 +441,10 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
 }
 
 void Runtime::flush(const char* reason) { window_->flush(reason); }
+
+void Runtime::replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before) {
+  if (before && now && now->is_placeholder()) window_->replaced(now, before);
+}
 
 void Runtime::resolve(const pjrt::Buffer& buffer, const char* reason) {
   if (!buffer.is_placeholder()) return;

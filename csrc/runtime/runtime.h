@@ -50,6 +50,10 @@ struct Program : std::enable_shared_from_this<Program> {
   std::string key;  // the cache key it was built under
   uint64_t id = 0;  // unique in this process; names it in fused window keys
   std::vector<TensorType> outputs;
+  // Per output, its strides when PyTorch lays the result out in another order
+  // than row-major (x.t() + 1, a channels_last result): the flat output is in
+  // that memory order. Empty (or an empty entry): row-major.
+  std::vector<std::vector<int64_t>> output_strides;
   std::string mlir;
   std::string disk_key;  // of the executable in the disk cache
   // The last checks.size() outputs are bool[1] flags that must be true; each
@@ -69,6 +73,7 @@ struct ProgramSpec {
   std::string mlir;
   std::vector<TensorType> outputs;
   std::vector<std::string> checks;
+  std::vector<std::vector<int64_t>> output_strides;  // see Program
   ProgramSpec(std::string m, std::vector<TensorType> o, std::vector<std::string> c = {})
       : mlir(std::move(m)), outputs(std::move(o)), checks(std::move(c)) {}
   ProgramSpec(std::pair<std::string, std::vector<TensorType>> p)
@@ -150,6 +155,9 @@ class Runtime {
   // Runs the fused window, if it holds anything; `reason` is counted in the
   // metrics as fused_flush_<reason>.
   void flush(const char* reason);
+  // `now` becomes a storage's value in place of `before`: in Fused mode, if
+  // the op computing `now` fails at the flush, the storage keeps `before`.
+  void replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before);
   // Waits until `buffer` has a handle, flushing the window if it is a placeholder.
   void resolve(const pjrt::Buffer& buffer, const char* reason = "host_read");
   // Fused mode's debugging aid (TORCH_TPU_FUSED_DEBUG=1): a function that
@@ -173,6 +181,10 @@ class Runtime {
   // Debug mode also checks every float output for NaN/Inf (TORCH_TPU_DEBUG_CHECK_NAN=1).
   bool check_nan() const { return check_nan_.load(); }
   void set_check_nan(bool on) { check_nan_.store(on); }
+
+  // Testing the error paths: every compile of a program whose MLIR contains
+  // `marker` fails (empty: none), as a plugin's compile error would.
+  void set_compile_fault(std::string marker);
 
   // Counters: compiles, cache hits, executions, transfers.
   void count(const std::string& name, int64_t n = 1);
@@ -227,6 +239,7 @@ class Runtime {
   std::atomic<EagerMode> mode_{EagerMode::Strict};
   std::atomic<bool> check_nan_{false};
   std::atomic<bool> serializable_{true};  // false once the plugin failed to serialize
+  std::string compile_fault_;             // set_compile_fault; guarded by mutex_
   mutable std::mutex memory_mutex_;       // the accounting only: held for a few additions
   std::vector<MemoryStats> memory_;
   std::vector<int64_t> capacity_;
