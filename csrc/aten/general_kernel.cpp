@@ -9,11 +9,13 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <mutex>
 #include <unordered_map>
 
 #include "aten/cpu_fallback.h"
 #include "aten/generator.h"
+#include "aten/pytorch_checks.h"
 #include "aten/tensor_access.h"
 #include "lowering/random.h"
 #include "lowering/registry.h"
@@ -56,6 +58,8 @@ struct OpPlan {
   // The argument a random in-place op overwrites without reading (self of
   // uniform_, normal_, ...), passed like an out= argument; -1 if none.
   int overwritten = -1;
+  // Tagged pointwise by PyTorch: a TensorIterator op, with its overlap rules.
+  bool pointwise = false;
 };
 
 std::mutex scalar_mutex;
@@ -157,6 +161,7 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
     plan.mutated.push_back(static_cast<int>(i));
   }
   plan.writes_from_functional = plan.functional && s.returns().empty();
+  plan.pointwise = op.hasTag(at::Tag::pointwise) || (plan.functional && plan.functional->hasTag(at::Tag::pointwise));
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
   // arange's Scalars decide its output shape: they stay in the key.
   const bool shape_from_scalars = s.name() == "aten::arange" || s.name() == "aten::range";
@@ -397,7 +402,7 @@ const TensorType kUndefinedOutput{stablehlo::DType::Bool, {-1}};
 bool is_undefined_output(const TensorType& t) { return t.shape.size() == 1 && t.shape[0] < 0; }
 
 std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
-                                     const std::vector<bool>* skip) {
+                                     const std::vector<bool>* skip, std::vector<std::vector<int64_t>>* strides) {
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i)
     if (!skip || !(*skip)[i]) stack.push_back(to_meta(args[i]));
@@ -405,6 +410,7 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
   std::vector<TensorType> types;
   for (const auto& r : stack) {
     auto add = [&](const at::Tensor& t) {
+      if (strides) strides->emplace_back(t.defined() ? t.strides().vec() : std::vector<int64_t>());
       if (!t.defined()) {
         types.push_back(kUndefinedOutput);
         return;
@@ -477,8 +483,177 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, bool dynamic, int so
 }
 
 std::string describe_inputs(const std::vector<Input>& inputs);
+// The strides of output k when it is not row-major, else empty.
+at::IntArrayRef layout_of(const runtime::Program& program, size_t k) {
+  return k < program.output_strides.size() ? at::IntArrayRef(program.output_strides[k]) : at::IntArrayRef();
+}
 void check_finite(const std::string& op, const std::vector<Input>& inputs, const std::vector<TensorType>& types,
                   const std::vector<pjrt::BufferPtr>& results, int dev);
+
+// Builds the op's program (on a cache miss): PyTorch's meta kernel decides
+// the outputs, the rule lowers the op, and the outputs are flattened in the
+// memory order PyTorch gives them.
+runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& plan,
+                                   const std::vector<c10::IValue>& args, const std::vector<Input>& inputs,
+                                   const std::vector<bool>& dynamic, const std::vector<at::Tensor>& mutated,
+                                   const std::vector<at::ScalarType>& dest_dtypes) {
+  const size_t n = args.size();
+  // PyTorch's meta kernels decide output shapes and dtypes and raise
+  // PyTorch's own errors for bad shapes; the in-place op's own meta check
+  // runs too (e.g. "output with shape [...] doesn't match the broadcast shape").
+  std::vector<TensorType> outs;
+  std::vector<std::vector<int64_t>> strides;  // of each output, as PyTorch lays it out
+  const bool probe = plan.overwritten < 0;    // not for random ops: CPU's kernel wants a CPU generator
+  try {
+    if (plan.functional) {
+      bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();
+      if (!has_out) meta_outputs(op, args, nullptr, nullptr);
+      outs = meta_outputs(*plan.functional, args, &plan.is_out, &strides);
+    } else if (!op.schema().returns().empty() || op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
+      outs = meta_outputs(op, args, nullptr, &strides);
+    }  // else: an op that only writes its arguments and has no meta kernel (_fused_sgd_)
+  } catch (const std::exception&) {
+    // Where CPU's kernel refuses the call too, its error (class and message) is the one to raise.
+    if (probe) check_like_cpu(op, args, plan.pointwise);
+    throw;
+  }
+  // The checks of CPU's kernel that the meta kernel skips (dtypes, casts).
+  if (probe) check_like_cpu(op, args, plan.pointwise);
+  stablehlo::Builder b;
+  std::vector<stablehlo::Value> params;
+  for (const auto& in : inputs) {
+    TensorType flat{to_dtype(in.tensor.scalar_type()), {in.tensor.numel()}};
+    params.push_back(b.parameter(flat));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& sizes = inputs[i].tensor.sizes();
+    params[i] = b.reshape(params[i], std::vector<int64_t>(sizes.begin(), sizes.end()));
+  }
+  std::vector<LoweringArg> largs;
+  size_t next_param = 0;
+  for (size_t i = 0; i < n; ++i)
+    largs.push_back(lowering_arg(args[i], plan.is_out[i], dynamic[i], static_cast<int>(i), next_param, params));
+  lowering::LoweringContext ctx{b, largs, outs, {}};
+  std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
+  const size_t written = plan.writes_from_functional ? 0 : mutated.size();
+  TORCH_CHECK(results.size() == outs.size() + written, "torch_tpu: the lowering of ", plan.name, " returned ",
+              results.size(), " values for ", outs.size(), " outputs and ", written, " written arguments");
+  if (plan.writes_from_functional) {  // the functional op's outputs land in the written arguments
+    TORCH_CHECK(outs.size() == mutated.size(), "torch_tpu: ", plan.name, " computes ", outs.size(), " values for ",
+                mutated.size(), " written tensors");
+    for (size_t k = 0; k < outs.size(); ++k) outs[k].dtype = to_dtype(mutated[k].scalar_type());
+  }
+  for (size_t k = 0; k < written; ++k)
+    outs.push_back({to_dtype(mutated[k].scalar_type()),
+                    std::vector<int64_t>(mutated[k].sizes().begin(), mutated[k].sizes().end())});
+  std::vector<stablehlo::Value> flat;
+  std::vector<TensorType> flat_types;
+  std::vector<std::vector<int64_t>> layouts(results.size());
+  const size_t n_returns = results.size() - mutated.size();
+  size_t dest = 0;
+  for (size_t k = 0; k < results.size(); ++k) {
+    stablehlo::DType dtype = outs[k].dtype;
+    if (k < plan.return_alias.size() && plan.return_alias[k] >= 0) dtype = to_dtype(dest_dtypes[dest++]);
+    // An empty Value: an output left out of output_mask (the meta kernel
+    // may still describe it, e.g. native_batch_norm_backward's).
+    if (results[k].name.empty()) {
+      TORCH_CHECK(k + mutated.size() < results.size() && !plan.writes_from_functional, "torch_tpu: the lowering of ",
+                  plan.name, " left a written argument undefined");
+      flat.push_back(b.constant(0, {stablehlo::DType::Bool, {0}}));
+      flat_types.push_back(kUndefinedOutput);
+      continue;
+    }
+    // A rule that does not read output_mask: the CPU kernel, as before.
+    if (is_undefined_output(outs[k]))
+      throw lowering::Declined(plan.name + ": output " + std::to_string(k) + " is undefined (output_mask)");
+    TORCH_CHECK(results[k].type.numel() == outs[k].numel(), "torch_tpu: the lowering of ", plan.name, " produced ",
+                results[k].type.str(), " where PyTorch expects shape [", dims_key(outs[k].shape), "]");
+    stablehlo::Value value = b.cast(results[k], dtype);
+    // A new tensor is laid out as PyTorch lays it out (TensorIterator
+    // follows its inputs' layout: x.t() + 1 is transposed too).
+    const bool new_tensor =
+        k < n_returns && !plan.writes_from_functional && (k >= plan.return_alias.size() || plan.return_alias[k] < 0);
+    if (new_tensor && k < strides.size()) {
+      auto order = lowering::memory_order(outs[k].shape, strides[k]);
+      if (!order.empty()) {
+        value = b.transpose(value, order);
+        layouts[k] = strides[k];
+      }
+    }
+    flat.push_back(b.reshape(value, {outs[k].numel()}));
+    flat_types.push_back({dtype, outs[k].shape});
+  }
+  std::vector<std::string> checks;
+  for (const auto& check : ctx.checks) {  // trailing bool[1] outputs
+    flat.push_back(b.reshape(check.ok, {1}));
+    flat_types.push_back({stablehlo::DType::Bool, {1}});
+    checks.push_back(check.message + " (in " + plan.name + " on tpu)");
+  }
+  runtime::ProgramSpec spec(b.module(flat), flat_types, checks);
+  layouts.resize(flat.size());
+  spec.output_strides = std::move(layouts);
+  return spec;
+}
+
+// The overlap checks of the tensors this call writes (its in-place self,
+// out= tensors, written arguments), against its other tensor inputs.
+void check_writes(const OpPlan& plan, const std::vector<c10::IValue>& args, const std::vector<at::Tensor>& mutated) {
+  if (plan.writes_from_functional || plan.overwritten >= 0) return;  // foreach lists order their own writes
+  std::vector<Written> written, inputs;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const int a = static_cast<int>(i);
+    const bool writes =
+        plan.is_out[i] || std::find(plan.return_alias.begin(), plan.return_alias.end(), a) != plan.return_alias.end();
+    auto add = [&](const at::Tensor& t) {
+      if (t.defined()) (writes ? written : inputs).push_back({t, a});
+    };
+    if (args[i].isTensor()) add(args[i].toTensor());
+    if (args[i].isTensorList())
+      for (const at::Tensor& t : args[i].toTensorVector()) add(t);
+    if (args[i].isOptionalTensorList())
+      for (const auto& t : args[i].toOptionalTensorList()) {
+        const std::optional<at::Tensor>& ot = t;
+        if (ot) add(*ot);
+      }
+  }
+  for (int i : plan.mutated)
+    for (auto& w : inputs)
+      if (w.argument == i) written.push_back(w);
+  if (!written.empty()) check_overlap(written, inputs, plan.pointwise);
+}
+
+// Whether a dynamic Scalar's value may not fit the op's dtype (-1.5 for a
+// uint8 fill_): CPU's checks then run for this call, since a dynamic Scalar's
+// value is not part of the program's key (its kind is).
+bool needs_value_check(const std::vector<c10::IValue>& args, const std::vector<bool>& dynamic) {
+  std::optional<at::ScalarType> dtype;
+  for (const auto& v : args)
+    if (v.isTensor() && v.toTensor().defined()) {
+      dtype = v.toTensor().scalar_type();
+      break;
+    }
+  if (!dtype) return false;
+  auto fits = [&](const c10::Scalar& v) {
+    if (v.isBoolean()) return true;
+    if (*dtype == at::kBool) return false;
+    if (at::isIntegralType(*dtype, false)) {
+      if (v.isFloatingPoint()) return false;
+      const int64_t x = v.toLong();
+      switch (*dtype) {
+        case at::kByte: return x >= 0 && x <= 255;
+        case at::kChar: return x >= -128 && x <= 127;
+        case at::kShort: return x >= INT16_MIN && x <= INT16_MAX;
+        case at::kInt: return x >= INT32_MIN && x <= INT32_MAX;
+        default: return true;
+      }
+    }
+    const double x = v.toDouble(), max = *dtype == at::kHalf ? 65504.0 : 3.3895313892515355e38;
+    return *dtype == at::kDouble || !std::isfinite(x) || std::abs(x) <= max;
+  };
+  for (size_t i = 0; i < args.size(); ++i)
+    if (dynamic[i] && args[i].isScalar() && !fits(args[i].toScalar())) return true;
+  return false;
+}
 
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpPlan& plan = plan_for(op);
@@ -550,78 +725,13 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  check_writes(plan, args, mutated);
+  if (needs_value_check(args, dynamic)) check_like_cpu(op, args, plan.pointwise);
+
   runtime::ProgramPtr program;
   try {
-    program = Runtime::get().program(key, [&] {
-      // PyTorch's meta kernels decide output shapes and dtypes and raise
-      // PyTorch's own errors for bad shapes; the in-place op's own meta check
-      // runs too (e.g. "output with shape [...] doesn't match the broadcast shape").
-      std::vector<TensorType> outs;
-      if (plan.functional) {
-        bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();
-        if (!has_out) meta_outputs(op, args, nullptr);
-        outs = meta_outputs(*plan.functional, args, &plan.is_out);
-      } else if (!op.schema().returns().empty() || op.hasKernelForDispatchKey(c10::DispatchKey::Meta)) {
-        outs = meta_outputs(op, args, nullptr);
-      }  // else: an op that only writes its arguments and has no meta kernel (_fused_sgd_)
-      stablehlo::Builder b;
-      std::vector<stablehlo::Value> params;
-      for (const auto& in : inputs) {
-        TensorType flat{to_dtype(in.tensor.scalar_type()), {in.tensor.numel()}};
-        params.push_back(b.parameter(flat));
-      }
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        const auto& sizes = inputs[i].tensor.sizes();
-        params[i] = b.reshape(params[i], std::vector<int64_t>(sizes.begin(), sizes.end()));
-      }
-      std::vector<LoweringArg> largs;
-      size_t next_param = 0;
-      for (size_t i = 0; i < n; ++i)
-        largs.push_back(lowering_arg(args[i], plan.is_out[i], dynamic[i], static_cast<int>(i), next_param, params));
-      lowering::LoweringContext ctx{b, largs, outs, {}};
-      std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
-      const size_t written = plan.writes_from_functional ? 0 : mutated.size();
-      TORCH_CHECK(results.size() == outs.size() + written, "torch_tpu: the lowering of ", plan.name, " returned ",
-                  results.size(), " values for ", outs.size(), " outputs and ", written, " written arguments");
-      if (plan.writes_from_functional) {  // the functional op's outputs land in the written arguments
-        TORCH_CHECK(outs.size() == mutated.size(), "torch_tpu: ", plan.name, " computes ", outs.size(), " values for ",
-                    mutated.size(), " written tensors");
-        for (size_t k = 0; k < outs.size(); ++k) outs[k].dtype = to_dtype(mutated[k].scalar_type());
-      }
-      for (size_t k = 0; k < written; ++k)
-        outs.push_back({to_dtype(mutated[k].scalar_type()),
-                        std::vector<int64_t>(mutated[k].sizes().begin(), mutated[k].sizes().end())});
-      std::vector<stablehlo::Value> flat;
-      std::vector<TensorType> flat_types;
-      size_t dest = 0;
-      for (size_t k = 0; k < results.size(); ++k) {
-        stablehlo::DType dtype = outs[k].dtype;
-        if (k < plan.return_alias.size() && plan.return_alias[k] >= 0) dtype = to_dtype(dest_dtypes[dest++]);
-        // An empty Value: an output left out of output_mask (the meta kernel
-        // may still describe it, e.g. native_batch_norm_backward's).
-        if (results[k].name.empty()) {
-          TORCH_CHECK(k + mutated.size() < results.size() && !plan.writes_from_functional,
-                      "torch_tpu: the lowering of ", plan.name, " left a written argument undefined");
-          flat.push_back(b.constant(0, {stablehlo::DType::Bool, {0}}));
-          flat_types.push_back(kUndefinedOutput);
-          continue;
-        }
-        // A rule that does not read output_mask: the CPU kernel, as before.
-        if (is_undefined_output(outs[k]))
-          throw lowering::Declined(plan.name + ": output " + std::to_string(k) + " is undefined (output_mask)");
-        TORCH_CHECK(results[k].type.numel() == outs[k].numel(), "torch_tpu: the lowering of ", plan.name, " produced ",
-                    results[k].type.str(), " where PyTorch expects shape [", dims_key(outs[k].shape), "]");
-        flat.push_back(b.reshape(b.cast(results[k], dtype), {outs[k].numel()}));
-        flat_types.push_back({dtype, outs[k].shape});
-      }
-      std::vector<std::string> checks;
-      for (const auto& check : ctx.checks) {  // trailing bool[1] outputs
-        flat.push_back(b.reshape(check.ok, {1}));
-        flat_types.push_back({stablehlo::DType::Bool, {1}});
-        checks.push_back(check.message + " (in " + plan.name + " on tpu)");
-      }
-      return runtime::ProgramSpec(b.module(flat), flat_types, checks);
-    });
+    program = Runtime::get().program(
+        key, [&] { return build_program(op, plan, args, inputs, dynamic, mutated, dest_dtypes); });
   } catch (const lowering::NeedsStaticScalar& e) {
     // The rule needs this Scalar's value at compile time: key on it from now on.
     {
@@ -668,7 +778,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::vector<at::Tensor> list;
     for (size_t k = 0; k < n_returns; ++k) {
       const TensorType& type = program->outputs[k];
-      list.push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev));
+      list.push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev, layout_of(*program, k)));
     }
     stack->push_back(std::move(list));
     return;
@@ -679,7 +789,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (is_undefined_output(type)) {
       stack->push_back(at::Tensor());
     } else if (alias < 0) {
-      stack->push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev));
+      stack->push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev, layout_of(*program, k)));
     } else {
       const at::Tensor& dst = args[alias].toTensor();
       if (plan.is_out[alias] && dst.sizes() != at::IntArrayRef(type.shape)) dst.resize_(type.shape);

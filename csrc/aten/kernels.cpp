@@ -3,6 +3,7 @@
 // devices, resize, and reading one element back to the host; and
 // native_batch_norm, which routes to the overloads whose schemas say what
 // they write.
+#include <ATen/Dispatch.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/_native_batch_norm_legit.h>
 #include <ATen/ops/_native_batch_norm_legit_no_training.h>
@@ -11,6 +12,8 @@
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
+
+#include <limits>
 
 #include "aten/tensor_access.h"
 
@@ -21,13 +24,31 @@ using runtime::Runtime;
 
 constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
+// torch.use_deterministic_algorithms(True) with fill_uninitialized_memory
+// (its default): new memory holds NaN, or the largest integer, as on CPU and CUDA.
+bool fills_uninitialized() {
+  return at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory();
+}
+void fill_uninitialized(const at::Tensor& t) {
+  if (t.numel() == 0) return;
+  if (at::isFloatingType(t.scalar_type()))
+    t.fill_(std::numeric_limits<double>::quiet_NaN());
+  else if (t.scalar_type() == at::kBool)
+    t.fill_(true);
+  else
+    AT_DISPATCH_INTEGRAL_TYPES(t.scalar_type(), "fill_uninitialized",
+                               [&] { t.fill_(std::numeric_limits<scalar_t>::max()); });
+}
+
 at::Tensor empty(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                  std::optional<at::Device> device, std::optional<bool>, std::optional<at::MemoryFormat> format) {
   c10::OptionalDeviceGuard guard(device);
   at::ScalarType t = dtype.value_or(at::get_default_dtype_as_scalartype());
   to_dtype(t);
-  return at::detail::empty_generic(size, c10::GetAllocator(kTpu), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t,
-                                   format);
+  at::Tensor out = at::detail::empty_generic(size, c10::GetAllocator(kTpu),
+                                             c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t, format);
+  if (fills_uninitialized()) fill_uninitialized(out);
+  return out;
 }
 
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
@@ -35,8 +56,10 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   c10::OptionalDeviceGuard guard(device);
   at::ScalarType t = dtype.value_or(at::get_default_dtype_as_scalartype());
   to_dtype(t);
-  return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kTpu),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t);
+  at::Tensor out = at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kTpu),
+                                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t);
+  if (fills_uninitialized()) fill_uninitialized(out.as_strided({out.storage().nbytes() / out.element_size()}, {1}, 0));
+  return out;
 }
 
 // Grows the storage in place when the new shape needs more bytes; the old
@@ -58,12 +81,17 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
   impl->set_sizes_contiguous(size);
   if (format && *format != at::MemoryFormat::Contiguous) impl->empty_tensor_restride(*format);
   if (needed > s.nbytes) {
+    const size_t old_nbytes = s.nbytes;
     std::vector<char> bytes(needed, 0);
     if (s.value && s.nbytes > 0) Runtime::get().download(*s.value, bytes.data(), s.nbytes);
     s.nbytes = needed;
     s.dtype = to_dtype(self.scalar_type());
     s.value = Runtime::get().upload(bytes.data(), s.dtype, {s.numel()}, s.device);
     self.storage().unsafeGetStorageImpl()->set_nbytes(needed);
+    const int64_t element = static_cast<int64_t>(self.element_size());
+    const int64_t first_new = (static_cast<int64_t>(old_nbytes) + element - 1) / element;
+    if (fills_uninitialized())
+      fill_uninitialized(self.as_strided({static_cast<int64_t>(needed) / element - first_new}, {1}, first_new));
   }
   return self;
 }

@@ -28,44 +28,53 @@ void ensure_value(DeviceStorage& s, DType dtype) {
 // Reinterprets the whole storage value as `dtype` (its bytes unchanged), for
 // a read or write through a dtype of another element size: storage-level
 // copies (torch.save / torch.load, UntypedStorage.copy_) move bytes as uint8.
-// bool <-> 1-byte integers convert (a bool byte is 0 or 1).
+// A bool is the byte 0 or 1; a byte read as bool is "!= 0".
 void retype(const at::Tensor& t, DeviceStorage& s, DType dtype) {
-  const size_t from = stablehlo::byte_size(s.dtype), to = stablehlo::byte_size(dtype);
-  bool via_bool = s.dtype == DType::Bool || dtype == DType::Bool;
-  TORCH_CHECK(s.nbytes % to == 0 && (!via_bool || from == to), "torch_tpu: reading a storage of ", s.nbytes,
-              " bytes written as ", stablehlo::mlir_name(s.dtype), " through a tensor of dtype ", t.scalar_type(),
+  const size_t to = stablehlo::byte_size(dtype);
+  TORCH_CHECK(s.nbytes % to == 0, "torch_tpu: reading a storage of ", s.nbytes, " bytes written as ",
+              stablehlo::mlir_name(s.dtype), " through a tensor of dtype ", t.scalar_type(),
               " is not supported; copy the tensor instead of viewing it.");
-  const int64_t from_numel = static_cast<int64_t>(s.nbytes / from), to_numel = static_cast<int64_t>(s.nbytes / to);
-  DType from_dtype = s.dtype;
+  const DType from_dtype = s.dtype;
+  const int64_t from_numel = s.numel(), to_numel = static_cast<int64_t>(s.nbytes / to);
   std::string key = "retype|" + stablehlo::mlir_name(from_dtype) + "|" + std::to_string(from_numel) + "|" +
                     stablehlo::mlir_name(dtype);
   auto program = Runtime::get().program(key, [&] {
     stablehlo::Builder b;
     auto x = b.parameter(TensorType{from_dtype, {from_numel}});
-    stablehlo::Value out;
-    if (via_bool) {
-      out = dtype == DType::Bool ? b.compare(stablehlo::Compare::NE, x, b.constant(0, x.type)) : b.convert(x, dtype);
-    } else if (from > to) {  // one element becomes from/to narrower ones
+    if (x.dtype() == DType::Bool) x = b.convert(x, DType::UInt8);
+    const DType bytes = dtype == DType::Bool ? DType::UInt8 : dtype;
+    const size_t from = stablehlo::byte_size(x.dtype());
+    if (from > to) {  // one element becomes from/to narrower ones
       auto r = static_cast<int64_t>(from / to);
-      out = b.reshape(b.bitcast_convert(x, TensorType{dtype, {from_numel, r}}), {to_numel});
+      x = b.reshape(b.bitcast_convert(x, TensorType{bytes, {from_numel, r}}), {to_numel});
     } else if (from < to) {
       auto r = static_cast<int64_t>(to / from);
-      out = b.bitcast_convert(b.reshape(x, {to_numel, r}), TensorType{dtype, {to_numel}});
-    } else {
-      out = b.bitcast_convert(x, TensorType{dtype, {to_numel}});
+      x = b.bitcast_convert(b.reshape(x, {to_numel, r}), TensorType{bytes, {to_numel}});
+    } else if (x.dtype() != bytes) {
+      x = b.bitcast_convert(x, TensorType{bytes, {to_numel}});
     }
-    return std::make_pair(b.module({out}), std::vector<TensorType>{{dtype, {to_numel}}});
+    if (dtype == DType::Bool) x = b.compare(stablehlo::Compare::NE, x, b.constant(0, x.type));
+    return std::make_pair(b.module({x}), std::vector<TensorType>{{dtype, {to_numel}}});
   });
   s.value = Runtime::get().execute(program, {s.value}, s.device, "storage reinterpretation")[0];
   s.dtype = dtype;
 }
 
-// A same-size dtype is read by bitcast inside the view-read program; any
-// other reinterprets the storage first.
+// A storage value of `from` seen as `to`, both of one byte size: bool and the
+// 1-byte integers share their bytes as on CPU (a byte read as bool is
+// "!= 0"; a bool written as a byte is 0 or 1), other dtypes are bitcast.
+stablehlo::Value reinterpret(stablehlo::Builder& b, const stablehlo::Value& x, DType to) {
+  if (x.dtype() == to) return x;
+  if (to == DType::Bool) return b.compare(stablehlo::Compare::NE, x, b.constant(0, x.type));
+  if (x.dtype() == DType::Bool) return b.convert(x, to);
+  return b.bitcast_convert(x, TensorType{to, x.shape()});
+}
+
+// A dtype of another byte size reinterprets the whole storage first (its
+// bytes unchanged); one of the same size is reinterpreted inside the program.
+// A bool reinterprets the storage as bytes (lossless), not as bools.
 void match_storage_dtype(const at::Tensor& t, DeviceStorage& s, DType d) {
-  bool same_size = stablehlo::byte_size(s.dtype) == stablehlo::byte_size(d);
-  bool via_bool = s.dtype == DType::Bool || d == DType::Bool;
-  if (s.dtype != d && (!same_size || via_bool)) retype(t, s, d);
+  if (stablehlo::byte_size(s.dtype) != stablehlo::byte_size(d)) retype(t, s, d == DType::Bool ? DType::UInt8 : d);
 }
 
 }  // namespace
@@ -145,8 +154,7 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
   DType storage_dtype = s.dtype;
   auto program = Runtime::get().program(key, [&] {
     stablehlo::Builder b;
-    auto storage = b.parameter(TensorType{storage_dtype, {storage_numel}});
-    if (storage_dtype != d) storage = b.bitcast_convert(storage, TensorType{d, {storage_numel}});
+    auto storage = reinterpret(b, b.parameter(TensorType{storage_dtype, {storage_numel}}), d);
     auto out = lowering::strided_read(b, storage, sizes, strides, offset);
     return std::make_pair(b.module({out}), std::vector<TensorType>{{d, {numel}}});
   });
@@ -156,30 +164,44 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
 void write_dense(const at::Tensor& t, pjrt::BufferPtr value) {
   DeviceStorage& s = storage_of(t);
   DType d = to_dtype(t.scalar_type());
+  auto& runtime = Runtime::get();
   if (covers_storage(t, s)) {
+    if (s.dtype == d) runtime.replaced(value, s.value);
     s.value = std::move(value);
     s.dtype = d;
     return;
   }
   ensure_value(s, d);
-  if (s.dtype != d) retype(t, s, d);
-  std::string key = "write|" + stablehlo::mlir_name(d) + "|" + std::to_string(s.numel()) + "|" + layout_key(t);
+  // A bool written into a byte storage becomes 0/1 bytes and the storage
+  // keeps its bytes (a uint8 3 stays 3); any other dtype retypes the storage.
+  if (d == DType::Bool)
+    match_storage_dtype(t, s, d);
+  else if (s.dtype != d)
+    retype(t, s, d);
+  const DType storage_dtype = s.dtype;
+  std::string key = "write|" + stablehlo::mlir_name(storage_dtype) + "|" + stablehlo::mlir_name(d) + "|" +
+                    std::to_string(s.numel()) + "|" + layout_key(t);
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end()), strides(t.strides().begin(), t.strides().end());
   int64_t offset = t.storage_offset(), numel = t.numel(), storage_numel = s.numel();
   auto program = Runtime::get().program(key, [&] {
     stablehlo::Builder b;
-    auto storage = b.parameter(TensorType{d, {storage_numel}});
-    auto update = b.parameter(TensorType{d, {numel}});
+    auto storage = b.parameter(TensorType{storage_dtype, {storage_numel}});
+    auto update = reinterpret(b, b.parameter(TensorType{d, {numel}}), storage_dtype);
     auto out = lowering::strided_write(b, storage, update, sizes, strides, offset);
-    return std::make_pair(b.module({out}), std::vector<TensorType>{{d, {storage_numel}}});
+    return std::make_pair(b.module({out}), std::vector<TensorType>{{storage_dtype, {storage_numel}}});
   });
-  s.value = Runtime::get().execute(program, {s.value, value}, s.device, "view write")[0];
+  auto written = runtime.execute(program, {s.value, value}, s.device, "view write")[0];
+  runtime.replaced(written, s.value);
+  s.value = std::move(written);
 }
 
-at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarType dtype, int device) {
+at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarType dtype, int device,
+                       at::IntArrayRef strides) {
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
-  at::Tensor t = at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::PrivateUse1),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype, std::nullopt);
+  auto* allocator = c10::GetAllocator(c10::DeviceType::PrivateUse1);
+  const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
+  at::Tensor t = strides.empty() ? at::detail::empty_generic(sizes, allocator, keys, dtype, std::nullopt)
+                                 : at::detail::empty_strided_generic(sizes, strides, allocator, keys, dtype);
   DeviceStorage& s = storage_of(t);
   s.value = std::move(value);
   s.dtype = to_dtype(dtype);

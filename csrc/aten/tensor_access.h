@@ -24,8 +24,10 @@ pjrt::BufferPtr read_dense(const at::Tensor& t);
 // the storage sees the write.
 void write_dense(const at::Tensor& t, pjrt::BufferPtr value);
 
-// A new tpu tensor of `sizes` and `dtype` on `device`, holding `value`.
-at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarType dtype, int device);
+// A new tpu tensor of `sizes` and `dtype` on `device`, holding `value`: its
+// elements in the memory order of `strides` (row-major when empty).
+at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarType dtype, int device,
+                       at::IntArrayRef strides = {});
 
 // Host <-> device copies of a tensor's elements.
 pjrt::BufferPtr upload(const at::Tensor& cpu, int device);  // cpu must be contiguous

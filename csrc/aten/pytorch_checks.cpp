@@ -1,0 +1,85 @@
+#include "aten/pytorch_checks.h"
+
+#include <ATen/MemoryOverlap.h>
+
+#include <string_view>
+
+namespace torch_tpu::aten {
+namespace {
+
+// Drops the warnings a stand-in run makes (an out= tensor it resizes).
+class Silent : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
+// A CPU tensor of t's dtype and rank with every non-empty dimension of size 1,
+// filled with `fill` (1 for pointwise ops: no integer division by zero; 0 for
+// others: a valid index into any non-empty dimension).
+at::Tensor stand_in(const at::Tensor& t, double fill) {
+  if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+  if (t.is_cpu() && t.dim() == 0) return t;  // a CPU scalar tensor is taken as it is
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  for (auto& n : sizes) n = n == 0 ? 0 : 1;
+  return at::full(sizes, fill, at::TensorOptions().dtype(t.scalar_type()));
+}
+
+// An error a non-pointwise op's stand-in raises that its real arguments
+// raise too: about dtypes, or an IndexError (the stand-in keeps the ranks and
+// the empty dimensions, and its index 0 is valid in any other).
+bool trusted(const c10::Error& e) {
+  if (dynamic_cast<const c10::NotImplementedError*>(&e) || dynamic_cast<const c10::IndexError*>(&e)) return true;
+  std::string_view m = e.msg();
+  return m.find("dtype") != std::string_view::npos || m.find("scalar type") != std::string_view::npos ||
+         m.find("result type") != std::string_view::npos;
+}
+
+}  // namespace
+
+void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, bool pointwise) {
+  for (const auto& w : written) {
+    at::assert_no_internal_overlap(w.tensor);
+    for (const auto& in : inputs) {
+      if (in.argument == w.argument || !in.tensor.defined() || in.tensor.is_cpu()) continue;
+      if (pointwise)
+        at::assert_no_partial_overlap(w.tensor, in.tensor);
+      else
+        at::assert_no_overlap(w.tensor, in.tensor);
+    }
+  }
+}
+
+void check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, bool pointwise) {
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return;
+  const double fill = pointwise ? 1 : 0;
+  torch::jit::Stack stack;
+  for (const auto& v : args) {
+    if (v.isGenerator()) return;  // a random op: its CPU kernel would want a CPU generator
+    if (v.isTensor()) {
+      stack.push_back(stand_in(v.toTensor(), fill));
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> ts;
+      for (const at::Tensor& t : v.toTensorVector()) ts.push_back(stand_in(t, fill));
+      stack.push_back(std::move(ts));
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> ts;
+      for (const auto& t : v.toOptionalTensorList()) {
+        const std::optional<at::Tensor>& ot = t;
+        ts.push_back(ot ? std::optional<at::Tensor>(stand_in(*ot, fill)) : std::nullopt);
+      }
+      stack.push_back(std::move(ts));
+    } else {
+      stack.push_back(v);
+    }
+  }
+  Silent silent;
+  c10::WarningUtils::WarningHandlerGuard guard(&silent);
+  try {
+    op.callBoxed(stack);
+  } catch (const c10::Error& e) {
+    if (std::string_view(e.msg()).find("Could not run") != std::string_view::npos) return;  // no CPU kernel after all
+    if (pointwise || trusted(e)) throw;
+  }
+}
+
+}  // namespace torch_tpu::aten
