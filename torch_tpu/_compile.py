@@ -6,6 +6,7 @@ executable. A graph with an op that has no rule runs eagerly (in the current
 eager mode) with one warning naming the op."""
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import operator
@@ -16,6 +17,7 @@ import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from torch_tpu import _C
 
@@ -60,17 +62,37 @@ class _Unsupported(Exception):
     pass
 
 
-def _encode(gm: torch.fx.GraphModule):
-    """The graph as (inputs, nodes, outputs) for _C._compile_graph, its key, and
-    the tensor constants the graph holds (get_attr nodes: a tensor the model
-    made, such as torch.tensor(...) in its forward): each becomes a program
-    input after the graph's own, passed on every call."""
+@dataclasses.dataclass
+class _Encoded:
+    """A graph as _C._compile_graph takes it, and what running it needs besides."""
+
+    inputs: list  # (scalar type, sizes) per graph input
+    nodes: list  # (op, args, out types) per op node
+    outputs: list  # a ref per program output (the graph's, then hidden bases of its views), or None
+    output_strides: list  # per program output: its strides when not row-major, else None
+    mutations: list  # (graph input, ref) it is overwritten with
+    keys: int  # random keys: a random op's generator, fed fresh per call
+    key: str  # the program's cache key
+    host_inputs: list  # graph inputs on CPU (an eager optimizer's step counts)
+    host_outputs: list  # graph outputs that go back to the CPU
+    scalars: list  # placeholders holding a plain number (a specialized size)
+    constant_outputs: dict  # output index -> a plain number
+    constants: list  # tensors the graph holds (get_attr), program inputs after the graph's own
+    views: list  # (output, base program output, size, stride, storage offset): outputs sharing a storage
+    num_outputs: int  # the graph's outputs (the program's may have hidden bases after them)
+
+
+def _encode(gm: torch.fx.GraphModule) -> _Encoded:
+    """The graph as _C._compile_graph takes it. Tensor constants the graph holds
+    (get_attr nodes: a tensor the model made, such as torch.tensor(...) in its
+    forward) become program inputs after the graph's own, passed on every call."""
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
     inputs, nodes, outputs, mutations, constants = [], [], [], [], []
     host_inputs, host_outputs = [], []  # CPU tensors in the graph (an eager optimizer's step counts)
     scalars = []  # placeholders holding a plain number (a specialized size): constants, not program inputs
     constant_outputs = {}  # output index -> a plain number
     keys = 0  # random keys: a random op's generator, fed fresh per call
+    output_vals = []  # the traced value of each graph output
 
     def arg(a):
         if isinstance(a, torch.fx.Node):
@@ -150,6 +172,7 @@ def _encode(gm: torch.fx.GraphModule):
         elif node.op == "output":
             for o in node.args[0]:
                 val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+                output_vals.append(val)
                 if isinstance(val, torch.Tensor) and val.device.type == "cpu":
                     host_outputs.append(len(outputs))
                 r = None if o is None else arg(o)
@@ -159,8 +182,87 @@ def _encode(gm: torch.fx.GraphModule):
                 outputs.append(r)
         else:
             raise _Unsupported(f"a {node.op} node ({node.target})")
-    key = hashlib.sha256(repr((inputs, nodes, outputs, mutations, constant_outputs)).encode()).hexdigest()
-    return inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs, scalars, constant_outputs, constants
+    num_outputs = len(outputs)
+    views = _shared_storages(gm, refs, outputs, output_vals, host_outputs)
+    output_strides = [None] * len(outputs)
+    for i, r in enumerate(outputs):
+        val = _value_of(gm, refs, r) if r is not None else None
+        if isinstance(val, torch.Tensor) and val.dim() > 1 and not val.is_contiguous():
+            output_strides[i] = [int(s) for s in val.stride()]
+    key = hashlib.sha256(
+        repr((inputs, nodes, outputs, output_strides, mutations, constant_outputs, views)).encode()
+    ).hexdigest()
+    return _Encoded(
+        inputs,
+        nodes,
+        outputs,
+        output_strides,
+        mutations,
+        keys,
+        key,
+        host_inputs,
+        host_outputs,
+        scalars,
+        constant_outputs,
+        constants,
+        views,
+        num_outputs,
+    )
+
+
+def _value_of(gm, refs, ref):
+    """The traced value (a fake tensor) of a graph value ("v", k, j)."""
+    for node in gm.graph.nodes:
+        if refs.get(node) == ref:
+            return node.meta.get("val")
+    return None
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t`'s elements fill its extent exactly once (in some order of its dims)."""
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _shared_storages(gm, refs, outputs, output_vals, host_outputs):
+    """Graph outputs that share a storage in the traced graph (b and b.T), or
+    that are views of an intermediate, share one on tpu too, as in eager: the
+    value that created the storage becomes a program output (appended to
+    `outputs` if the graph does not return it) and each such output is a view
+    of it with the traced sizes, strides and offset. Returns (output, base
+    output, size, stride, storage offset) per such output."""
+    creators = {}  # storage -> (ref, val) of the op output that created it
+    for node in gm.graph.nodes:
+        val, r = node.meta.get("val"), refs.get(node)
+        if node.op == "call_function" and isinstance(val, torch.Tensor) and isinstance(r, tuple) and r[0] == "v":
+            creators.setdefault(StorageWeakRef(val.untyped_storage()), (r, val))
+    by_storage = {}
+    for i, val in enumerate(output_vals):
+        if isinstance(val, torch.Tensor) and val.device.type != "cpu" and i not in host_outputs:
+            by_storage.setdefault(StorageWeakRef(val.untyped_storage()), []).append(i)
+    views = []
+    for storage, members in by_storage.items():
+        if storage not in creators:
+            continue  # a graph input's storage: AOTAutograd makes those outputs views of the input
+        base_ref, base = creators[storage]
+        dense = base.storage_offset() == 0 and _dense(base)
+        alone = len(members) == 1 and outputs[members[0]] == base_ref
+        if alone or not dense or base.untyped_storage().nbytes() != base.numel() * base.element_size():
+            continue
+        if base_ref not in outputs:
+            outputs.append(base_ref)
+        b = outputs.index(base_ref)
+        for i in members:
+            if i == b:
+                continue
+            val = output_vals[i]
+            outputs[i] = None  # not a program output of its own: a view of the base
+            views.append((i, b, [int(s) for s in val.shape], [int(s) for s in val.stride()], int(val.storage_offset())))
+    return views
 
 
 # What torch_tpu.metrics() reports about compiled graphs (see _metrics()).
@@ -271,28 +373,32 @@ def _per_shape(gm: torch.fx.GraphModule, name: str):
 def _build(gm: torch.fx.GraphModule, name: str):
     """One executable for `gm` (static sizes); returns its boxed runner."""
     start = time.perf_counter()
-    inputs, nodes, outputs, mutations, keys, key, host_inputs, host_outputs, scalars, constants, tensors = _encode(gm)
-    program = _C._compile_graph(key, inputs, nodes, outputs, keys, mutations)
+    g = _encode(gm)
+    program = _C._compile_graph(g.key, g.inputs, g.nodes, g.outputs, g.output_strides, g.keys, g.mutations)
     _GRAPH_COMPILE_MS[name] = (time.perf_counter() - start) * 1e3
 
-    host_mutated = [i for i, _ in mutations if i in host_inputs]
+    host_mutated = [i for i, _ in g.mutations if i in g.host_inputs]
+    tensors = g.constants
 
     def run(args):
-        if scalars:  # sizes baked into this program
-            args = [a for i, a in enumerate(args) if i not in scalars]
-        if host_inputs:  # CPU scalars (step counts) join the program as device values
+        if g.scalars:  # sizes baked into this program
+            args = [a for i, a in enumerate(args) if i not in g.scalars]
+        if g.host_inputs:  # CPU scalars (step counts) join the program as device values
             host = {i: args[i] for i in host_mutated}
             args = list(args)
-            for i in host_inputs:
+            for i in g.host_inputs:
                 args[i] = args[i].to("tpu")
         result = _C._run_graph(program, list(args) + tensors if tensors else args)
-        if host_inputs:
+        if g.host_inputs:
             for i, t in host.items():  # the graph overwrote the device copy: back to the CPU tensor
                 t.copy_(args[i])
         args.clear()
-        for i in host_outputs:  # and go back to the CPU where the graph says so
+        for i, base, size, stride, offset in g.views:  # outputs sharing a storage, as traced
+            result[i] = result[base].as_strided(size, stride, offset)
+        del result[g.num_outputs :]
+        for i in g.host_outputs:  # and go back to the CPU where the graph says so
             result[i] = result[i].cpu()
-        for i, value in constants.items():
+        for i, value in g.constant_outputs.items():
             result[i] = value
         return result
 

@@ -214,6 +214,7 @@ void LoweringContext::check_indices(const Value& index, int64_t size, bool allow
 }
 
 std::vector<int64_t> memory_order(const Shape& sizes, const std::vector<int64_t>& strides) {
+  if (strides.size() != sizes.size()) return {};  // none given: row-major
   int64_t numel = 1;
   for (int64_t n : sizes) numel *= n;
   if (numel == 0 || row_major(sizes, strides)) return {};

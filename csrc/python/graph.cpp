@@ -138,7 +138,8 @@ const lowering::LoweringRule* rule_for(const std::string& op) {
 }
 
 std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::list& inputs, const py::list& nodes,
-                                            const py::list& outputs, int num_keys, const py::list& mutations) {
+                                            const py::list& outputs, const py::list& output_strides, int num_keys,
+                                            const py::list& mutations) {
   auto graph = std::make_shared<GraphProgram>();
   graph->num_keys = num_keys;
   graph->num_inputs = inputs.size();
@@ -146,16 +147,20 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
   // Which program output each graph output is (outputs that repeat a value,
   // or are None, need no slot of their own).
   std::vector<std::pair<int, int>> slot_refs;
-  for (auto out : outputs) {
-    if (out.is_none()) {
+  std::vector<std::vector<int64_t>> slot_strides;  // as the traced graph lays each out (empty: row-major)
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].is_none()) {
       graph->output_slots.push_back(-1);
       continue;
     }
-    auto t = out.cast<py::tuple>();
+    auto t = outputs[i].cast<py::tuple>();
     std::pair<int, int> r{t[1].cast<int>(), t[2].cast<int>()};
     auto it = std::find(slot_refs.begin(), slot_refs.end(), r);
     graph->output_slots.push_back(static_cast<int>(it - slot_refs.begin()));
-    if (it == slot_refs.end()) slot_refs.push_back(r);
+    if (it != slot_refs.end()) continue;
+    slot_refs.push_back(r);
+    slot_strides.push_back(output_strides[i].is_none() ? std::vector<int64_t>()
+                                                       : output_strides[i].cast<std::vector<int64_t>>());
   }
   // Each overwritten input gets a program output of its own, after the graph's outputs.
   std::vector<std::pair<int, int>> mutation_refs;
@@ -217,10 +222,16 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
         }
         std::vector<Value> flat;
         std::vector<TensorType> types;
-        for (const auto& [k, j] : slot_refs) {
-          const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
-          flat.push_back(g.b.reshape(v, {v.type.numel()}));
+        std::vector<std::vector<int64_t>> layouts;
+        for (size_t s = 0; s < slot_refs.size(); ++s) {
+          const auto& [k, j] = slot_refs[s];
+          Value v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
           types.push_back(v.type);
+          // Laid out as eager lays it out (x.t() + 1 is transposed): flattened in memory order.
+          auto order = lowering::memory_order(v.shape(), slot_strides[s]);
+          layouts.push_back(order.empty() ? std::vector<int64_t>() : slot_strides[s]);
+          if (!order.empty()) v = g.b.transpose(v, order);
+          flat.push_back(g.b.reshape(v, {v.type.numel()}));
         }
         std::vector<std::pair<size_t, size_t>> aliases;
         for (size_t m = 0; m < mutation_refs.size(); ++m) {
@@ -243,7 +254,10 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
           std::filesystem::create_directories(dir);
           std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
         }
-        return runtime::ProgramSpec(std::move(mlir), types, messages);
+        runtime::ProgramSpec spec(std::move(mlir), types, messages);
+        layouts.resize(types.size());
+        spec.output_strides = std::move(layouts);
+        return spec;
       },
       /*indexed=*/true, &source);
   graph->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -322,7 +336,10 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
       continue;
     }
     const TensorType& t = graph.program->outputs.at(slot);
-    out.append(aten::wrap_buffer(results.at(slot), t.shape, aten::to_scalar_type(t.dtype), dev));
+    const auto& strides = graph.program->output_strides;
+    out.append(aten::wrap_buffer(
+        results.at(slot), t.shape, aten::to_scalar_type(t.dtype), dev,
+        static_cast<size_t>(slot) < strides.size() ? at::IntArrayRef(strides[slot]) : at::IntArrayRef()));
   }
   return out;
 }

@@ -360,7 +360,7 @@ def test_an_input_whose_buffer_is_shared_is_not_donated():
     f32 = 6  # c10::ScalarType::Float
     twice = _C._compile_graph(
         "test-twice", [(f32, [4])], [("aten::mul.Tensor", [("v", -1, 0), 2.0], [(f32, [4])])],
-        [("v", 0, 0), ("v", 0, 0)], 0, [],
+        [("v", 0, 0), ("v", 0, 0)], [None, None], 0, [],
     )  # fmt: skip
     increment = _C._compile_graph(
         "test-increment",
@@ -369,6 +369,7 @@ def test_an_input_whose_buffer_is_shared_is_not_donated():
             ("aten::add.Tensor", [("v", -1, 0), 1.0, 1], [(f32, [4])]),
             ("aten::copy", [("v", -1, 0), ("v", 0, 0), False], [(f32, [4])]),
         ],
+        [],
         [],
         0,
         [(0, ("v", 1, 0))],
