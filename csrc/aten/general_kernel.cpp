@@ -58,8 +58,9 @@ struct OpPlan {
   // The argument a random in-place op overwrites without reading (self of
   // uniform_, normal_, ...), passed like an out= argument; -1 if none.
   int overwritten = -1;
-  // Tagged pointwise by PyTorch: a TensorIterator op, with its overlap rules.
+  // Tagged pointwise by PyTorch: a TensorIterator op (CPU's checks trust its stand-ins fully).
   bool pointwise = false;
+  OverlapRule overlap = OverlapRule::None;  // what CPU's kernel checks about the memory the op writes
 };
 
 std::mutex scalar_mutex;
@@ -162,6 +163,7 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
   }
   plan.writes_from_functional = plan.functional && s.returns().empty();
   plan.pointwise = op.hasTag(at::Tag::pointwise) || (plan.functional && plan.functional->hasTag(at::Tag::pointwise));
+  plan.overlap = overlap_rule(plan.name, plan.pointwise);
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
   // arange's Scalars decide its output shape: they stay in the key.
   const bool shape_from_scalars = s.name() == "aten::arange" || s.name() == "aten::range";
@@ -490,6 +492,23 @@ at::IntArrayRef layout_of(const runtime::Program& program, size_t k) {
 void check_finite(const std::string& op, const std::vector<Input>& inputs, const std::vector<TensorType>& types,
                   const std::vector<pjrt::BufferPtr>& results, int dev);
 
+// A convolution's output is channels_last when its input or weight is, as
+// CPU's and CUDA's kernels lay it out; the meta kernel cannot tell (it has no
+// device to ask) and says contiguous.
+std::optional<std::vector<int64_t>> convolution_channels_last(const std::vector<c10::IValue>& args,
+                                                              const std::vector<int64_t>& sizes) {
+  const at::Tensor &input = args[0].toTensor(), &weight = args[1].toTensor();
+  auto format = [&](const at::Tensor& t) { return t.suggest_memory_format(); };
+  for (auto channels_last : {at::MemoryFormat::ChannelsLast, at::MemoryFormat::ChannelsLast3d}) {
+    if (format(input) != channels_last && format(weight) != channels_last) continue;
+    if (sizes.size() == 4 && channels_last == at::MemoryFormat::ChannelsLast)
+      return c10::get_channels_last_strides_2d(sizes);
+    if (sizes.size() == 5 && channels_last == at::MemoryFormat::ChannelsLast3d)
+      return c10::get_channels_last_strides_3d(sizes);
+  }
+  return std::nullopt;
+}
+
 // Builds the op's program (on a cache miss): PyTorch's meta kernel decides
 // the outputs, the rule lowers the op, and the outputs are flattened in the
 // memory order PyTorch gives them.
@@ -519,6 +538,8 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   }
   // The checks of CPU's kernel that the meta kernel skips (dtypes, casts).
   if (probe) check_like_cpu(op, args, plan.pointwise);
+  if (plan.name == "aten::convolution")
+    if (auto channels_last = convolution_channels_last(args, outs[0].shape)) strides[0] = *channels_last;
   stablehlo::Builder b;
   std::vector<stablehlo::Value> params;
   for (const auto& in : inputs) {
@@ -598,7 +619,8 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
 // The overlap checks of the tensors this call writes (its in-place self,
 // out= tensors, written arguments), against its other tensor inputs.
 void check_writes(const OpPlan& plan, const std::vector<c10::IValue>& args, const std::vector<at::Tensor>& mutated) {
-  if (plan.writes_from_functional || plan.overwritten >= 0) return;  // foreach lists order their own writes
+  // Foreach lists order their own writes; a random op overwrites self without reading it.
+  if (plan.overlap == OverlapRule::None || plan.writes_from_functional || plan.overwritten >= 0) return;
   std::vector<Written> written, inputs;
   for (size_t i = 0; i < args.size(); ++i) {
     const int a = static_cast<int>(i);
@@ -619,7 +641,23 @@ void check_writes(const OpPlan& plan, const std::vector<c10::IValue>& args, cons
   for (int i : plan.mutated)
     for (auto& w : inputs)
       if (w.argument == i) written.push_back(w);
-  if (!written.empty()) check_overlap(written, inputs, plan.pointwise);
+  if (!written.empty()) check_overlap(written, inputs, plan.overlap);
+}
+
+// TensorIterator refuses to resize an out= tensor that is also an input
+// (torch.add(x, y, out=x) with y broadcasting x to a larger shape).
+void check_read_write_outputs(const OpPlan& plan, const std::vector<c10::IValue>& args,
+                              const runtime::Program& program) {
+  for (size_t k = 0; k < plan.return_alias.size() && k < program.outputs.size(); ++k) {
+    const int alias = plan.return_alias[k];
+    if (alias < 0 || !plan.is_out[alias]) continue;
+    const at::Tensor& out = args[alias].toTensor();
+    const auto& shape = program.outputs[k].shape;
+    if (out.sizes() == at::IntArrayRef(shape)) continue;
+    for (size_t i = 0; i < args.size(); ++i)
+      TORCH_CHECK(static_cast<int>(i) == alias || !args[i].isTensor() || !args[i].toTensor().is_same(out),
+                  "output with shape ", out.sizes(), " doesn't match the broadcast shape ", at::IntArrayRef(shape));
+  }
 }
 
 // Whether a dynamic Scalar's value may not fit the op's dtype (-1.5 for a
@@ -740,6 +778,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     return lowered_kernel(op, stack);
   }
+  if (plan.pointwise) check_read_write_outputs(plan, args, *program);
 
   std::vector<pjrt::BufferPtr> buffers;
   buffers.reserve(inputs.size());

@@ -2,6 +2,7 @@
 
 #include <ATen/MemoryOverlap.h>
 
+#include <set>
 #include <string_view>
 
 namespace torch_tpu::aten {
@@ -36,12 +37,32 @@ bool trusted(const c10::Error& e) {
 
 }  // namespace
 
-void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, bool pointwise) {
+OverlapRule overlap_rule(const std::string& op, bool pointwise) {
+  // "aten::index_add_.default" -> "index_add"
+  std::string name = op.substr(op.find("::") + 2);
+  name = name.substr(0, name.find('.'));
+  if (!name.empty() && name.back() == '_') name.pop_back();
+  static const std::set<std::string, std::less<>> none = {"fill", "zero", "masked_fill", "index_fill"};
+  static const std::set<std::string, std::less<>> full = {
+      "cat",       "index_select",    "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
+      "index_put", "_index_put_impl", "topk",   "take",    "put"};
+  static const std::set<std::string, std::less<>> partial = {"cumsum", "cumprod"};
+  static const std::set<std::string, std::less<>> internal = {"mm", "bmm", "addmm", "baddbmm", "addmv", "mv"};
+  if (none.count(name)) return OverlapRule::None;
+  if (full.count(name)) return OverlapRule::Full;
+  if (pointwise || partial.count(name)) return OverlapRule::Partial;
+  if (internal.count(name)) return OverlapRule::Internal;
+  return OverlapRule::None;
+}
+
+void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, OverlapRule rule) {
+  if (rule == OverlapRule::None) return;
   for (const auto& w : written) {
     at::assert_no_internal_overlap(w.tensor);
+    if (rule == OverlapRule::Internal) continue;
     for (const auto& in : inputs) {
       if (in.argument == w.argument || !in.tensor.defined() || in.tensor.is_cpu()) continue;
-      if (pointwise)
+      if (rule == OverlapRule::Partial)
         at::assert_no_partial_overlap(w.tensor, in.tensor);
       else
         at::assert_no_overlap(w.tensor, in.tensor);

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <string>
 #include <vector>
 
 namespace torch_tpu::aten {
@@ -17,12 +18,19 @@ struct Written {
   int argument;
 };
 
-// TensorIterator's memory-overlap rules for the tensors an op writes: none
-// may have elements that share memory (an expanded tensor); a pointwise op's
-// input may be the written tensor itself but not overlap it partly
-// (a[1:].add_(a[:-1])); any other op's inputs may not overlap it at all
-// (torch.cat([x, x], out=x)). `inputs` pairs each input with its argument.
-void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, bool pointwise);
+// What CPU's kernel of an op checks about the memory the op writes.
+enum class OverlapRule {
+  None,      // nothing (fill_, masked_fill_, reductions, sort)
+  Internal,  // a written tensor may not have elements that share memory (an expanded out=)
+  Partial,   // ... nor overlap an input partly (a[1:].add_(a[:-1])): TensorIterator's rule
+  Full,      // ... nor overlap an input at all (torch.cat([x, x], out=x), index_add_(0, i, self))
+};
+// The rule for an op ("aten::add_.Tensor"): pointwise ops follow TensorIterator's.
+OverlapRule overlap_rule(const std::string& op, bool pointwise);
+
+// Raises CPU's error when the tensors an op writes break `rule`. `inputs`
+// pairs each input with its argument; a written argument is not its own input.
+void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, OverlapRule rule);
 
 // Runs `op`'s CPU kernel on stand-ins of `args` (same dtypes and ranks, every
 // non-empty dimension of size 1) so that CPU's dtype checks raise: a dtype the

@@ -90,8 +90,53 @@ std::vector<Value> topk(LoweringContext& c) {
           c.b.reshape(c.b.slice(i, start, limit, strides), c.out(1).shape)};
 }
 
+// mode(self, dim=-1, keepdim=False): the most frequent value along dim (the
+// smallest of equally frequent ones) and the index of its last occurrence, as
+// CPU returns them: a stable sort, the length of each run of equal values, the
+// longest run.
+std::vector<Value> mode(LoweringContext& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0);
+  if (x.dtype() == DType::Bool) x = b.convert(x, DType::Int8);
+  if (x.rank() == 0) x = b.reshape(x, {1});
+  const int64_t dim = normalize_dim(c.integer(1), x.rank()), n = x.shape()[dim];
+  auto [s, p] = sorted(b, x, dim, false);
+  const TensorType positions{DType::Int64, s.shape()};
+  Value pos = b.iota(positions, dim);
+  std::vector<int64_t> start(s.rank(), 0), limit = s.shape(), strides(s.rank(), 1), first_limit = s.shape();
+  limit[dim] = n - 1;
+  first_limit[dim] = 1;
+  Value previous = b.concatenate({b.slice(s, start, first_limit, strides), b.slice(s, start, limit, strides)}, dim);
+  Value run_begins = b.binary(Binary::Or, b.compare(Compare::EQ, pos, b.constant_int(0, positions)),
+                              b.compare(Compare::NE, s, previous));
+  Value run_start = scan(b, b.select(run_begins, pos, b.constant_int(0, positions)), dim, Binary::Maximum, 0);
+  Value count = b.binary(Binary::Subtract, pos, run_start);
+  // The end of the longest run; of equally long ones the first (smallest value).
+  auto best = b.reduce({count, pos}, {b.constant_int(-1, {DType::Int64, {}}), b.constant_int(0, {DType::Int64, {}})},
+                       {dim}, [](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+                         Value longer = r.compare(Compare::GT, a[0], a[2]);
+                         Value tie = r.binary(Binary::And, r.compare(Compare::EQ, a[0], a[2]),
+                                              r.compare(Compare::LT, a[1], a[3]));
+                         Value take_first = r.binary(Binary::Or, longer, tie);
+                         return {r.select(take_first, a[0], a[2]), r.select(take_first, a[1], a[3])};
+                       });
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < s.rank(); ++d)
+    if (d != dim) kept.push_back(d);
+  Value at_best = b.compare(Compare::EQ, pos, b.broadcast_in_dim(best[1], s.shape(), kept));
+  Value value = b.reduce(b.select(at_best, s, b.broadcast_to(lowest(b, s.dtype()), s.shape())), lowest(b, s.dtype()),
+                         {dim}, Binary::Maximum);
+  Value best_start = b.reduce(b.select(at_best, run_start, b.constant_int(0, positions)),
+                              b.constant_int(0, {DType::Int64, {}}), {dim}, Binary::Maximum);
+  Value in_run = b.compare(Compare::EQ, run_start, b.broadcast_in_dim(best_start, s.shape(), kept));
+  Value index = b.reduce(b.select(in_run, p, b.constant_int(-1, positions)), b.constant_int(-1, {DType::Int64, {}}),
+                         {dim}, Binary::Maximum);
+  return {b.reshape(b.cast(value, c.out(0).dtype), c.out(0).shape), b.reshape(index, c.out(1).shape)};
+}
+
 }  // namespace
 
+LOWERING("aten::mode", mode);
 LOWERING("aten::cumsum", cumulative(Binary::Add, 0));
 LOWERING("aten::cumprod", cumulative(Binary::Multiply, 1));
 LOWERING("aten::sort.stable", sort_stable);
