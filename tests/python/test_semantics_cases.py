@@ -1,0 +1,347 @@
+"""The same answer as CPU, or the same error: the cases that once diverged.
+
+Each case runs on CPU and on tpu in every eager mode (Strict, Fused, Debug),
+and where it applies under torch.compile too, and must give the same values,
+dtype, shape and strides, or raise an exception of the same class. The
+random programs of test_semantics.py look for new ones.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+
+MODES = ["strict", "fused", "debug"]
+nan, inf = math.nan, math.inf
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    torch.tpu.synchronize()
+    with torch_tpu.set_eager_mode(request.param):
+        yield request.param
+    torch.tpu.synchronize()
+
+
+def outcome(fn, device):
+    """fn(device)'s tensors on the host (with dtype and strides), or the class of what it raised."""
+    try:
+        result = fn(device)
+    except Exception as e:  # noqa: BLE001 - the class is what is compared
+        return type(e), str(e).splitlines()[0]
+    results = result if isinstance(result, tuple) else (result,)
+    return [(r.cpu(), r.dtype, tuple(r.shape), r.stride()) for r in results]
+
+
+def assert_like_cpu(fn, message=None):
+    cpu, tpu = outcome(fn, "cpu"), outcome(fn, "tpu")
+    if isinstance(cpu, tuple) or isinstance(tpu, tuple):
+        assert isinstance(cpu, tuple) and isinstance(tpu, tuple), f"cpu: {cpu}\ntpu: {tpu}"
+        assert tpu[0] is cpu[0], f"cpu raised {cpu}\ntpu raised {tpu}"
+        if message:
+            assert message in tpu[1], tpu[1]
+        return
+    for (c, c_dtype, c_shape, c_stride), (t, t_dtype, t_shape, t_stride) in zip(cpu, tpu, strict=True):
+        assert (t_dtype, t_shape, t_stride) == (c_dtype, c_shape, c_stride)
+        torch.testing.assert_close(t, c, equal_nan=True)
+
+
+def t(values, device, **kw):
+    return torch.tensor(values, device=device, **kw)
+
+
+# ---- Wrong values (issue 12, case 2).
+
+VALUES = {
+    "int64 power uses every exponent bit": lambda d: t([3, -3, 2, 1, -1, 0], d) ** 100,
+    "int power with a tensor exponent": lambda d: t([3, 2, -1, 5], d) ** t([40, -1, -3, 0], d),
+    "int32 power": lambda d: t([3, 7], d, dtype=torch.int32) ** 19,
+    "maximum propagates NaN from either side": lambda d: (
+        torch.maximum(t([-1.0, 2.0], d), t([nan, nan], d)),
+        torch.maximum(t([nan, 1.0], d), t([1.0, nan], d)),
+    ),
+    "minimum propagates NaN": lambda d: torch.minimum(t([-1.0, 2.0, nan], d), t([nan, nan, 0.0], d)),
+    "clamp with a NaN bound": lambda d: (t([-1.0, 2.0], d).clamp(min=nan), t([-1.0, 2.0], d).clamp(max=nan)),
+    "clamp with NaN input and tensor bounds": lambda d: t([nan, 5.0, -5.0], d).clamp(t([0.0, nan, 0.0], d), t(1.0, d)),
+    "clamp_min and clamp_max": lambda d: (t([nan, 1.0], d).clamp_min(0.0), t([1.0, 2.0], d).clamp_max(nan)),
+    "relu, hardtanh, hardsigmoid keep NaN": lambda d: (
+        F.relu(t([nan, -1.0], d)),
+        F.hardtanh(t([nan, -3.0], d)),
+        F.hardsigmoid(t([nan, 9.0], d)),
+    ),
+    "threshold keeps NaN": lambda d: F.threshold(t([nan, -1.0, 3.0], d), 0.0, 7.0),
+    "floor division of non-finite values": lambda d: (
+        t([inf, -2.0, -inf, 5.0, 0.0], d) // t([1.0, inf, 3.0, -inf, -2.0], d)
+    ),
+    "div with rounding modes on non-finite values": lambda d: (
+        torch.div(t([inf, -inf, nan, 1.0, -1.0], d), t([2.0, inf, 1.0, 0.0, 0.0], d), rounding_mode="floor"),
+        torch.div(t([inf, -inf, nan, 1.0, -7.0], d), t([2.0, inf, 1.0, 0.0, 2.0], d), rounding_mode="trunc"),
+    ),
+    "sign of NaN and -0": lambda d: torch.sign(t([nan, -0.0, -2.0, 3.0], d)),
+    "abs of uint8": lambda d: t([1, 200], d, dtype=torch.uint8).abs(),
+    "mode": lambda d: torch.mode(t([[1.0, 2.0, 1.0, 2.0, 3.0], [3.0, 3.0, 1.0, 1.0, 0.0]], d), 1),
+    "float_power": lambda d: (torch.float_power(t([2, 3], d), 3), torch.float_power(t([2.0], d), t([0.5], d))),
+    "an empty multi-dimensional index": lambda d: torch.zeros(2, 3, device=d)[
+        t([], d, dtype=torch.long), t([], d, dtype=torch.long)
+    ],
+}
+
+
+@pytest.mark.parametrize("case", VALUES)
+def test_values(mode, case):
+    assert_like_cpu(VALUES[case])
+
+
+# ---- PyTorch's errors instead of silent truncation (case 3) and exception classes (case 7).
+
+
+def i32(d):
+    return t([1, 2, 3], d, dtype=torch.int32)
+
+
+ERRORS = {
+    "int32 mul_ by a float": (lambda d: i32(d).mul_(2.5), "can't be cast to the desired output type"),
+    "add into an int32 out=": (lambda d: torch.add(i32(d), t([1.5, 2.5, 3.5], d), out=i32(d)), "can't be cast"),
+    "neg into a float out=": (lambda d: torch.neg(i32(d), out=t([0.0, 0.0, 0.0], d)), "Found dtype"),
+    "index_put_ of another dtype": (lambda d: i32(d).index_put_((t([0], d),), t([1.5], d)), "dtypes match"),
+    "index_select with a float index": (lambda d: torch.index_select(t([1.0, 2.0], d), 0, t([0.0], d)), "index"),
+    "uint8 fill_ with a negative float": (lambda d: t([1, 2], d, dtype=torch.uint8).fill_(-1.5), "overflow"),
+    "bool minus float": (lambda d: t([True], d) - t([1.0], d), "Subtraction"),
+    "alpha=True on floats": (lambda d: torch.add(t([1.0], d), t([1.0], d), alpha=True), "Boolean alpha"),
+    "float alpha on ints": (lambda d: torch.add(i32(d), i32(d), alpha=1.5), None),
+    "round_ on bool": (lambda d: t([True], d).round_(), "not implemented for 'Bool'"),
+    "frac_ on int": (lambda d: t([1], d).frac_(), "not implemented for 'Long'"),
+    "trunc_ on int": (lambda d: t([1], d).trunc_(), None),
+    "lerp_ on int64": (lambda d: t([1], d).lerp_(t([2], d), 0.5), "not implemented for 'Long'"),
+    "bitwise and of floats": (lambda d: t([1.0], d) & t([1.0], d), "not implemented for 'Float'"),
+    "fmod of bools": (lambda d: torch.fmod(t([True], d), t([True], d)), "not implemented for 'Bool'"),
+    "trunc division of bools": (lambda d: torch.div(t([True], d), t([True], d), rounding_mode="trunc"), None),
+    "amax over an empty dim": (lambda d: torch.zeros(0, 3, device=d).amax(0), "non-zero size"),
+    "argmax over an empty dim": (lambda d: torch.zeros(0, 3, device=d).argmax(0), None),
+}
+
+
+@pytest.mark.parametrize("case", ERRORS)
+def test_errors(mode, case):
+    fn, message = ERRORS[case]
+    assert_like_cpu(fn, message)
+
+
+def test_a_dynamic_scalar_is_checked_at_every_call(mode):
+    # A Scalar that keeps changing is a program input, not part of the key:
+    # CPU's value checks must still run when a new value may not fit.
+    x = torch.zeros(2, dtype=torch.uint8, device="tpu")
+    for v in (1, 2, 3, 4):
+        x.fill_(v)
+    with pytest.raises(RuntimeError, match="overflow"):
+        x.fill_(-1.5)
+    assert x.cpu().tolist() == [4, 4]
+
+
+# ---- Memory overlap (case 4).
+
+OVERLAP = {
+    "in-place into an expanded tensor": (lambda d: t([1.0, 2.0, 3.0], d).expand(2, 3).add_(1), "more than one element"),
+    "cat into one of its inputs": (
+        lambda d: (lambda x: torch.cat([x, x], 0, out=x))(t([1.0, 2.0], d)),
+        "single memory",
+    ),
+    "partly overlapping in-place add": (
+        lambda d: (lambda a: a[1:].add_(a[:-1]))(t([1.0, 2.0, 3.0, 4.0], d)),
+        "single memory location",
+    ),
+    "an out= that is an input is not resized": (
+        lambda d: (lambda x: torch.add(x, torch.ones(2, 2, device=d), out=x))(torch.ones(2, device=d)),
+        "doesn't match the broadcast shape",
+    ),
+    "index_add_ from itself": (lambda d: (lambda x: x.index_add_(0, t([0, 1], d), x))(torch.ones(2, device=d)), None),
+    "copy_ into an expanded tensor": (lambda d: torch.ones(1, device=d).expand(3).copy_(torch.ones(3, device=d)), None),
+    "copy_ between overlapping views": (lambda d: (lambda x: x[1:].copy_(x[:3]))(torch.ones(4, device=d)), None),
+    "copy_ of another shape": (lambda d: torch.ones(3, device=d).copy_(torch.ones(2, device=d)), "must match"),
+    # What CPU allows stays allowed.
+    "in-place with itself": (lambda d: (lambda x: x.mul_(x))(t([1.0, 2.0, 3.0], d)), None),
+    "fill_ of an expanded tensor": (lambda d: torch.ones(1, device=d).expand(3).fill_(2), None),
+}
+
+
+@pytest.mark.parametrize("case", OVERLAP)
+def test_memory_overlap(mode, case):
+    fn, message = OVERLAP[case]
+    assert_like_cpu(fn, message)
+
+
+def test_overlaps_cpu_does_not_check_are_allowed(mode):
+    # CPU's mm and reductions do not check that out= overlaps an input; their
+    # result then depends on the order the kernel reads and writes in (known
+    # divergence, README). tpu reads every input first: the result of the same
+    # op without the overlap.
+    a = torch.arange(4.0).view(2, 2)
+    x = a.to("tpu")
+    torch.mm(x, x, out=x)
+    torch.testing.assert_close(x.cpu(), a @ a)
+    x = a.to("tpu")
+    torch.sum(x, 0, out=x[0])
+    torch.testing.assert_close(x.cpu(), torch.stack([a.sum(0), a[1]]))
+
+
+# ---- Strides and memory formats (case 5).
+
+
+def channels_last(d, n=2, c=3):
+    return torch.arange(n * c * 16.0, device=d).view(n, c, 4, 4).contiguous(memory_format=torch.channels_last)
+
+
+LAYOUTS = {
+    "elementwise output follows a transposed input": lambda d: torch.arange(6.0, device=d).view(2, 3).t() + 1,
+    "and so cannot be viewed flat": lambda d: (torch.arange(6.0, device=d).view(2, 3).t() + 1).view(-1),
+    "a binary op of a transposed and a broadcast input": lambda d: (
+        torch.arange(12.0, device=d).view(3, 4).t() * t([1.0, 2.0, 3.0], d)
+    ),
+    "nearest upsampling keeps channels_last": lambda d: F.interpolate(channels_last(d), scale_factor=2),
+    "bilinear upsampling keeps channels_last": lambda d: F.interpolate(
+        channels_last(d), scale_factor=2, mode="bilinear"
+    ),
+    "pooling keeps channels_last": lambda d: (F.max_pool2d(channels_last(d), 2), F.avg_pool2d(channels_last(d), 2)),
+    "convolution of a channels_last input": lambda d: F.conv2d(channels_last(d), torch.ones(5, 3, 3, 3, device=d)),
+    "convolution with a channels_last weight": lambda d: F.conv2d(
+        torch.ones(1, 3, 5, 5, device=d), torch.ones(2, 3, 3, 3, device=d).contiguous(memory_format=torch.channels_last)
+    ),
+    "relu and batch norm keep channels_last": lambda d: (
+        F.relu(channels_last(d)),
+        F.batch_norm(channels_last(d), None, None, training=True),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LAYOUTS)
+def test_layouts(mode, case):
+    assert_like_cpu(LAYOUTS[case])
+
+
+def test_reading_a_transposed_result(mode):
+    a = torch.randn(5, 7)
+    y = a.to("tpu").t() * 2  # laid out transposed, so read through its strides
+    assert y.stride() == (1, 7)
+    torch.testing.assert_close((y + y.t().t()).cpu(), a.t() * 4)
+    y[1:3].zero_()  # a strided write into it
+    ref = a.t() * 2
+    ref[1:3] = 0
+    torch.testing.assert_close(y.cpu(), ref)
+
+
+# ---- Compiled graphs: aliasing and strides (case 6).
+
+
+def two_views(x):
+    b = x * 2
+    return b, b.T
+
+
+def view_of_intermediate(x):
+    return (x + 1)[:, 1:], x.t() + 1
+
+
+@pytest.mark.parametrize("fn", [two_views, view_of_intermediate])
+def test_compiled_outputs_alias_and_strides_as_in_eager(fn):
+    torch._dynamo.reset()
+    x = torch.arange(12.0).view(3, 4)
+    eager = fn(x)
+    compiled = torch.compile(fn, backend="tpu")(x.to("tpu"))
+    for e, c in zip(eager, compiled, strict=True):
+        assert c.stride() == e.stride() and c.storage_offset() == e.storage_offset()
+        torch.testing.assert_close(c.cpu(), e)
+    shares = [[a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for b in eager] for a in eager]
+    tpu_shares = [
+        [a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for b in compiled] for a in compiled
+    ]
+    assert tpu_shares == shares
+    compiled[0].add_(1)  # seen through every output that shares its storage, as in eager
+    eager[0].add_(1)
+    for e, c in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(c.cpu(), e)
+
+
+# ---- Fused mode keeps every write before a failing op (case 1).
+
+
+def test_a_failing_op_raises_at_the_op_and_earlier_writes_stay(mode):
+    b = torch.ones(3, device="tpu")
+    x = t([True, False], "tpu")
+    b.add_(1)
+    with pytest.raises(NotImplementedError, match="fmod"):
+        x.fmod_(x)
+    assert b.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert x.cpu().tolist() == [True, False]
+
+
+def test_a_window_op_that_fails_at_the_flush_fails_alone():
+    # An op that fails only when its window is compiled (a compile error the
+    # lowering could not foresee, simulated here): the ops before it and those
+    # that do not read its result take effect, the storage it wrote keeps its
+    # value, what reads its result is not computed, and the error names it.
+    torch.tpu.synchronize()
+    with torch_tpu.set_eager_mode("fused"):
+        b = torch.ones(3, device="tpu")
+        a = torch.full((3,), 5.0, device="tpu")
+        c = torch.zeros(3, device="tpu")
+        torch.tpu.synchronize()
+        torch_tpu._C._set_compile_fault("stablehlo.remainder")
+        try:
+            b.add_(1)
+            a.fmod_(2.0)
+            y = a * 2
+            c.add_(7)
+            with pytest.raises(RuntimeError, match=r"aten::fmod_\.Scalar failed \(op 2 of a fused window"):
+                b.cpu()
+        finally:
+            torch_tpu._C._set_compile_fault("")
+        assert b.cpu().tolist() == [2.0] * 3
+        assert a.cpu().tolist() == [5.0] * 3  # as before the failing op
+        assert c.cpu().tolist() == [7.0] * 3
+        with pytest.raises(RuntimeError, match="never computed"):
+            y.cpu()
+        assert (a * 2).cpu().tolist() == [10.0] * 3  # the process goes on
+
+
+# ---- Deterministic fill (case 8).
+
+
+def test_deterministic_algorithms_fill_new_memory(mode):
+    torch.use_deterministic_algorithms(True)
+    try:
+        floats, ints = torch.empty(3, device="tpu"), torch.empty(2, dtype=torch.int32, device="tpu")
+        grown = torch.ones(2, device="tpu")
+        grown.resize_(4)
+        assert torch.isnan(floats.cpu()).all()
+        assert ints.cpu().tolist() == [2**31 - 1] * 2
+        assert grown.cpu()[:2].tolist() == [1.0, 1.0] and torch.isnan(grown.cpu()[2:]).all()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+# ---- bool and uint8 views of one storage (case 9).
+
+
+def test_bool_and_uint8_views_share_bytes(mode):
+    for d in ("cpu", "tpu"):
+        b = t([True, False, True], d)
+        u = b.view(torch.uint8)
+        u[1] = 7
+        u[2] = 0
+        assert u.cpu().tolist() == [1, 7, 0]
+        assert b.cpu().tolist() == [True, True, False]
+        b[0] = False  # a bool write is a 0/1 byte
+        assert u.cpu().tolist() == [0, 7, 0]
+
+
+def test_a_bool_read_of_a_byte_other_than_0_or_1_is_true():
+    # Known divergence (README): CPU keeps the byte 3 under a bool tensor and
+    # copies it as is (so b.cpu().view(torch.uint8) shows 3); tpu reads it as True (1).
+    b = t([True, False], "tpu")
+    b.view(torch.uint8).fill_(3)
+    assert b.view(torch.uint8).cpu().tolist() == [3, 3]
+    assert b.cpu().tolist() == [True, True]
+    assert b.cpu().view(torch.uint8).tolist() == [1, 1]
