@@ -187,8 +187,8 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
     output_strides = [None] * len(outputs)
     for i, r in enumerate(outputs):
         val = _value_of(gm, refs, r) if r is not None else None
-        if isinstance(val, torch.Tensor) and val.dim() > 1 and not val.is_contiguous():
-            output_strides[i] = [int(s) for s in val.stride()]
+        if isinstance(val, torch.Tensor) and val.dim() > 1 and val.stride() != _row_major(val.shape):
+            output_strides[i] = [int(s) for s in val.stride()]  # also those of size-1 dims, as eager reports them
     key = hashlib.sha256(
         repr((inputs, nodes, outputs, output_strides, mutations, constant_outputs, views)).encode()
     ).hexdigest()
@@ -216,6 +216,14 @@ def _value_of(gm, refs, ref):
         if refs.get(node) == ref:
             return node.meta.get("val")
     return None
+
+
+def _row_major(shape) -> tuple:
+    strides, n = [], 1
+    for size in reversed(shape):
+        strides.insert(0, n)
+        n *= max(size, 1)
+    return tuple(strides)
 
 
 def _dense(t: torch.Tensor) -> bool:

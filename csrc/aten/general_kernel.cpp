@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "aten/cpu_fallback.h"
@@ -492,20 +493,47 @@ at::IntArrayRef layout_of(const runtime::Program& program, size_t k) {
 void check_finite(const std::string& op, const std::vector<Input>& inputs, const std::vector<TensorType>& types,
                   const std::vector<pjrt::BufferPtr>& results, int dev);
 
-// A convolution's output is channels_last when its input or weight is, as
-// CPU's and CUDA's kernels lay it out; the meta kernel cannot tell (it has no
-// device to ask) and says contiguous.
-std::optional<std::vector<int64_t>> convolution_channels_last(const std::vector<c10::IValue>& args,
-                                                              const std::vector<int64_t>& sizes) {
-  const at::Tensor &input = args[0].toTensor(), &weight = args[1].toTensor();
-  auto format = [&](const at::Tensor& t) { return t.suggest_memory_format(); };
-  for (auto channels_last : {at::MemoryFormat::ChannelsLast, at::MemoryFormat::ChannelsLast3d}) {
-    if (format(input) != channels_last && format(weight) != channels_last) continue;
-    if (sizes.size() == 4 && channels_last == at::MemoryFormat::ChannelsLast)
-      return c10::get_channels_last_strides_2d(sizes);
-    if (sizes.size() == 5 && channels_last == at::MemoryFormat::ChannelsLast3d)
-      return c10::get_channels_last_strides_3d(sizes);
-  }
+// Ops whose CPU and CUDA kernels lay their outputs out in the memory format
+// their input suggests (convolution: its input or its weight). Their meta
+// kernels do too, except where the format is ambiguous (one channel, or 1x1
+// images: contiguous and channels_last at once) or, for convolution, at all
+// (it has no device to ask). Outputs are channels_last when CPU's
+// suggest_memory_format says so.
+bool follows_input_format(const std::string& op) {
+  static const std::set<std::string, std::less<>> ops = {"aten::convolution",
+                                                         "aten::upsample_nearest1d",
+                                                         "aten::upsample_nearest2d",
+                                                         "aten::upsample_nearest3d",
+                                                         "aten::_upsample_nearest_exact1d",
+                                                         "aten::_upsample_nearest_exact2d",
+                                                         "aten::_upsample_nearest_exact3d",
+                                                         "aten::upsample_linear1d",
+                                                         "aten::upsample_bilinear2d",
+                                                         "aten::upsample_trilinear3d",
+                                                         "aten::max_pool2d_with_indices",
+                                                         "aten::max_pool3d_with_indices",
+                                                         "aten::avg_pool2d",
+                                                         "aten::avg_pool3d",
+                                                         "aten::_adaptive_avg_pool2d",
+                                                         "aten::_adaptive_avg_pool3d",
+                                                         "aten::_native_batch_norm_legit",
+                                                         "aten::_native_batch_norm_legit.no_stats",
+                                                         "aten::_native_batch_norm_legit_functional",
+                                                         "aten::_native_batch_norm_legit_no_training"};
+  return ops.count(op) > 0;
+}
+
+std::optional<std::vector<int64_t>> channels_last_strides(const OpPlan& plan, const std::vector<c10::IValue>& args,
+                                                          const std::vector<int64_t>& sizes) {
+  auto format = [&](size_t i) {
+    return i < args.size() && args[i].isTensor() && args[i].toTensor().defined()
+               ? args[i].toTensor().suggest_memory_format()
+               : at::MemoryFormat::Contiguous;
+  };
+  const bool convolution = plan.name == "aten::convolution";
+  auto is = [&](at::MemoryFormat f) { return format(0) == f || (convolution && format(1) == f); };
+  if (sizes.size() == 4 && is(at::MemoryFormat::ChannelsLast)) return c10::get_channels_last_strides_2d(sizes);
+  if (sizes.size() == 5 && is(at::MemoryFormat::ChannelsLast3d)) return c10::get_channels_last_strides_3d(sizes);
   return std::nullopt;
 }
 
@@ -538,8 +566,9 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   }
   // The checks of CPU's kernel that the meta kernel skips (dtypes, casts).
   if (probe) check_like_cpu(op, args, plan.pointwise);
-  if (plan.name == "aten::convolution")
-    if (auto channels_last = convolution_channels_last(args, outs[0].shape)) strides[0] = *channels_last;
+  if (follows_input_format(plan.name))
+    for (size_t k = 0; k < outs.size() && k < strides.size(); ++k)
+      if (auto channels_last = channels_last_strides(plan, args, outs[k].shape)) strides[k] = *channels_last;
   stablehlo::Builder b;
   std::vector<stablehlo::Value> params;
   for (const auto& in : inputs) {
@@ -596,10 +625,11 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
         k < n_returns && !plan.writes_from_functional && (k >= plan.return_alias.size() || plan.return_alias[k] < 0);
     if (new_tensor && k < strides.size()) {
       auto order = lowering::memory_order(outs[k].shape, strides[k]);
-      if (!order.empty()) {
-        value = b.transpose(value, order);
+      if (!order.empty()) value = b.transpose(value, order);
+      // Strides of size-1 dims do not move elements, but PyTorch reports them.
+      if (!order.empty() || (outs[k].numel() > 0 && lowering::is_dense(outs[k].shape, strides[k]) &&
+                             at::IntArrayRef(strides[k]) != at::IntArrayRef(c10::contiguous_strides(outs[k].shape))))
         layouts[k] = strides[k];
-      }
     }
     flat.push_back(b.reshape(value, {outs[k].numel()}));
     flat_types.push_back({dtype, outs[k].shape});

@@ -100,13 +100,13 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
 
 // _copy_from(self=src, dst): every copy_ that involves a tpu tensor lands here.
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
-  if (dst.numel() == 0) return dst;
   // The checks CPU's copy_ makes through TensorIterator, which this path skips.
-  if (dst.device().type() == kTpu) at::assert_no_internal_overlap(dst);
-  if (src.device() == dst.device()) at::assert_no_partial_overlap(dst, src);
   const auto shape = at::infer_size(dst.sizes(), src.sizes());
   TORCH_CHECK(at::IntArrayRef(shape) == dst.sizes(), "output with shape ", dst.sizes(),
               " doesn't match the broadcast shape ", at::IntArrayRef(shape));
+  if (dst.numel() == 0) return dst;
+  if (dst.device().type() == kTpu) at::assert_no_internal_overlap(dst);
+  if (src.device() == dst.device()) at::assert_no_partial_overlap(dst, src);
   if (src.device().type() == kTpu && dst.device().type() == kTpu && src.device() == dst.device()) {
     std::vector<int64_t> dst_shape(dst.sizes().begin(), dst.sizes().end());
     std::string key = "copy|" + stablehlo::mlir_name(to_dtype(src.scalar_type())) + "|" + c10::str(src.sizes()) + "|" +

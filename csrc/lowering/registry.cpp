@@ -221,6 +221,13 @@ std::vector<int64_t> memory_order(const Shape& sizes, const std::vector<int64_t>
   return dense_memory_order(sizes, strides, 0, numel);
 }
 
+bool is_dense(const Shape& sizes, const std::vector<int64_t>& strides) {
+  if (strides.size() != sizes.size()) return false;
+  int64_t numel = 1;
+  for (int64_t n : sizes) numel *= n;
+  return numel == 0 || row_major(sizes, strides) || !dense_memory_order(sizes, strides, 0, numel).empty();
+}
+
 Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const std::vector<int64_t>& strides,
                    int64_t offset) {
   TensorType view{storage.dtype(), sizes};

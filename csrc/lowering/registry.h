@@ -138,6 +138,8 @@ int64_t normalize_dim(int64_t dim, int64_t rank);
 // out like PyTorch's (x.t() + 1, channels_last) is transposed to before it is
 // flattened into its storage. Empty for row-major or non-dense layouts.
 std::vector<int64_t> memory_order(const Shape& sizes, const std::vector<int64_t>& strides);
+// Whether (sizes, strides) lay out every element exactly once, in some order of the dims.
+bool is_dense(const Shape& sizes, const std::vector<int64_t>& strides);
 
 // Builds the program that reads a strided view of a flat storage value as a
 // flat dense array of the view's elements (row-major).

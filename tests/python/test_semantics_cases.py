@@ -204,6 +204,9 @@ LAYOUTS = {
     "bilinear upsampling keeps channels_last": lambda d: F.interpolate(
         channels_last(d), scale_factor=2, mode="bilinear"
     ),
+    "one channel: channels_last as CPU's suggest_memory_format says": lambda d: F.interpolate(
+        channels_last(d, 1, 1), scale_factor=2
+    ),
     "pooling keeps channels_last": lambda d: (F.max_pool2d(channels_last(d), 2), F.avg_pool2d(channels_last(d), 2)),
     "convolution of a channels_last input": lambda d: F.conv2d(channels_last(d), torch.ones(5, 3, 3, 3, device=d)),
     "convolution with a channels_last weight": lambda d: F.conv2d(
