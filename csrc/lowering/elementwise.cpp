@@ -2,6 +2,7 @@
 // broadcast shape (type promotion included); each rule converts its operands
 // to that type and applies one StableHLO op.
 #include <cmath>
+#include <optional>
 
 #include "lowering/registry.h"
 
@@ -94,20 +95,22 @@ std::vector<Value> relu(LoweringContext& c) {
 // fill(self, value): every element of self's shape becomes value.
 std::vector<Value> fill(LoweringContext& c) { return {c.operand_as_output(1)}; }
 
-// The dtype PyTorch computes a comparison or where() in: argument i is a
-// Python Scalar or a 0-d tensor when it is not a full tensor operand.
+// The dtype PyTorch computes a comparison or isin in (its output is bool).
 DType common_dtype(LoweringContext& c, size_t i, size_t j) {
-  auto info = [&](size_t k) -> std::pair<DType, bool> {
+  auto info = [&](size_t k) -> std::pair<DType, Operand> {
     const LoweringArg& a = c.args[k];
-    if (a.kind == LoweringArg::Tensor) return {a.tensor.dtype(), a.tensor.rank() == 0};
+    if (a.kind == LoweringArg::Tensor)
+      return {a.tensor.dtype(), a.wrapped_number       ? Operand::Number
+                                : a.tensor.rank() == 0 ? Operand::ZeroDim
+                                                       : Operand::Tensor};
     return {a.kind == LoweringArg::Double ? DType::Float32
             : a.kind == LoweringArg::Bool ? DType::Bool
                                           : DType::Int64,
-            true};
+            Operand::Number};
   };
-  auto [a, a_scalar] = info(i);
-  auto [b, b_scalar] = info(j);
-  return promote(a, a_scalar, b, b_scalar);
+  auto [a, a_class] = info(i);
+  auto [b, b_class] = info(j);
+  return promote(a, a_class, b, b_class);
 }
 
 LoweringRule comparison(stablehlo::Compare dir) {
@@ -274,29 +277,61 @@ std::vector<Value> abs(LoweringContext& c) {
   return {c.b.unary(Unary::Abs, x)};
 }
 
-// Integer base ** exponent by squaring over every bit of the exponent (XLA's
-// integer power looks at its low 6 bits only: 3 ** 100 came out as 3 ** 36).
-// A negative exponent gives 0, except for a base of 1 or -1, as on CPU.
+// Integer base ** exponent by squaring, in a loop over the exponent's bits
+// (XLA's integer power looks at its low 6 bits only: 3 ** 100 came out as
+// 3 ** 36). A negative exponent gives 0, except for a base of 1 or -1, as on CPU.
 Value integer_power(Builder& b, const Value& base, const Value& exponent) {
-  auto k = [&](int64_t v) { return b.constant_int(v, base.type); };
-  const int bits = static_cast<int>(stablehlo::byte_size(base.dtype()) * 8);
-  Value result = k(1), square = base;
-  for (int i = 0; i < bits - (stablehlo::is_signed_int(base.dtype()) ? 1 : 0); ++i) {
-    Value bit = b.binary(Binary::And, b.binary(Binary::ShiftRightLogical, exponent, k(i)), k(1));
-    result = b.select(b.compare(stablehlo::Compare::NE, bit, k(0)), b.binary(Binary::Multiply, result, square), result);
-    square = b.binary(Binary::Multiply, square, square);
-  }
-  if (!stablehlo::is_signed_int(base.dtype())) return result;
-  Value odd = b.compare(stablehlo::Compare::NE, b.binary(Binary::And, exponent, k(1)), k(0));
-  Value negative = b.select(b.compare(stablehlo::Compare::EQ, base, k(1)), k(1),
-                            b.select(b.compare(stablehlo::Compare::EQ, base, k(-1)), b.select(odd, k(-1), k(1)), k(0)));
-  return b.select(b.compare(stablehlo::Compare::LT, exponent, k(0)), negative, result);
+  auto k = [&](int64_t v, const TensorType& t) { return b.constant_int(v, t); };
+  const TensorType& t = base.type;
+  std::vector<int64_t> all(t.rank());
+  for (int64_t d = 0; d < t.rank(); ++d) all[d] = d;
+  Value e = stablehlo::is_signed_int(t.dtype)
+                ? b.select(b.compare(stablehlo::Compare::LT, exponent, k(0, t)), k(0, t), exponent)
+                : exponent;
+  auto state = b.while_loop(
+      {k(1, t), base, e},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        Value left = r.compare(stablehlo::Compare::NE, s[2], r.constant_int(0, t));
+        return {r.reduce(left, r.scalar(0, DType::Bool), all, Binary::Or)};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        Value one = r.constant_int(1, t);
+        Value odd = r.compare(stablehlo::Compare::NE, r.binary(Binary::And, s[2], one), r.constant_int(0, t));
+        return {r.select(odd, r.binary(Binary::Multiply, s[0], s[1]), s[0]), r.binary(Binary::Multiply, s[1], s[1]),
+                r.binary(Binary::ShiftRightLogical, s[2], one)};
+      });
+  Value result = state[0];
+  if (!stablehlo::is_signed_int(t.dtype)) return result;
+  Value odd = b.compare(stablehlo::Compare::NE, b.binary(Binary::And, exponent, k(1, t)), k(0, t));
+  Value negative =
+      b.select(b.compare(stablehlo::Compare::EQ, base, k(1, t)), k(1, t),
+               b.select(b.compare(stablehlo::Compare::EQ, base, k(-1, t)), b.select(odd, k(-1, t), k(1, t)), k(0, t)));
+  return b.select(b.compare(stablehlo::Compare::LT, exponent, k(0, t)), negative, result);
+}
+
+// base ** e for a float base and a known exponent, as CPU's kernel computes
+// it: squares, cubes, square roots and reciprocals exactly, not through
+// pow() ((-inf) ** 0.5 is nan there, as sqrt gives).
+std::optional<Value> float_power_of(Builder& b, const Value& x, double e) {
+  auto one = [&] { return b.constant(1, x.type); };
+  if (e == 2) return b.binary(Binary::Multiply, x, x);
+  if (e == 3) return b.binary(Binary::Multiply, b.binary(Binary::Multiply, x, x), x);
+  if (e == 0.5) return b.unary(Unary::Sqrt, x);
+  if (e == -0.5) return b.unary(Unary::Rsqrt, x);
+  if (e == -1) return b.binary(Binary::Divide, one(), x);
+  if (e == -2) return b.binary(Binary::Divide, one(), b.binary(Binary::Multiply, x, x));
+  return std::nullopt;
 }
 
 // pow in every form (Tensor ** Tensor, Tensor ** Scalar, Scalar ** Tensor).
 std::vector<Value> pow(LoweringContext& c) {
   Value base = c.operand_as_output(0), exponent = c.operand_as_output(1);
-  if (stablehlo::is_float(c.out().dtype)) return {c.b.binary(Binary::Power, base, exponent)};
+  const bool known = c.args[1].kind != LoweringArg::Tensor && !c.args[1].dynamic;
+  if (stablehlo::is_float(c.out().dtype)) {
+    if (known)
+      if (auto r = float_power_of(c.b, base, c.number(1))) return {*r};
+    return {c.b.binary(Binary::Power, base, exponent)};
+  }
   return {integer_power(c.b, base, exponent)};
 }
 

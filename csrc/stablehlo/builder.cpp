@@ -634,6 +634,16 @@ std::vector<Value> Builder::sort(const std::vector<Value>& xs, int64_t dimension
   return emit_results("sort", xs, attrs, results, text);
 }
 
+std::vector<Value> Builder::while_loop(const std::vector<Value>& state, const RegionBody& condition,
+                                       const RegionBody& body) {
+  if (state.empty()) throw std::invalid_argument("stablehlo.while: needs at least one state value");
+  std::vector<TensorType> types;
+  for (const auto& v : state) types.push_back(v.type);
+  std::string regions =
+      region("while", types, condition, {{DType::Bool, {}}}) + ", " + region("while", types, body, types);
+  return emit_results("while", state, "", types, regions);
+}
+
 // ------------------------------------------------------------------ indexing
 
 namespace {

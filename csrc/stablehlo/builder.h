@@ -232,6 +232,10 @@ class Builder {
   // goes before rhs (a strict weak order). Stable keeps equal elements in order.
   std::vector<Value> sort(const std::vector<Value>& xs, int64_t dimension, bool is_stable,
                           const RegionBody& comparator);
+  // stablehlo.while: threads `state` through `body` (which returns the next
+  // state, same types) while `condition` (which returns one 0-d i1) holds.
+  // Both regions see only the state.
+  std::vector<Value> while_loop(const std::vector<Value>& state, const RegionBody& condition, const RegionBody& body);
 
  private:
   // The text of a region with block arguments of `arg_types`, built by `body`.
