@@ -6,6 +6,7 @@
 // result into their destination through the storage model.
 #include "aten/general_kernel.h"
 
+#include <ATen/TensorIterator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -259,7 +260,7 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     } else if (!t.device().is_cpu() || (t.dim() != 0 && !host_ok)) {
       device_mismatch(op, device.value_or(c10::Device(kTpu, 0)), t.device());
     }
-    key += "t";
+    key += t.unsafeGetTensorImpl()->is_wrapped_number() ? "w" : "t";  // a wrapped number promotes as a number
     key += stablehlo::mlir_name(to_dtype(t.scalar_type()));
     if (is_out) {  // only the destination dtype matters
       key += ";";
@@ -358,6 +359,42 @@ c10::IValue to_meta(const c10::IValue& v) {
   return v;
 }
 
+// index_put_ with one bool (or uint8) mask among its indices and a
+// one-element value on the CPU is masked_fill_ with the value's number, as in
+// PyTorch's index_put_ (so x[mask] = torch.tensor(2) casts 2 to x's dtype).
+bool index_put_as_masked_fill(const OpPlan& plan, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  if (plan.name != "aten::index_put_" && plan.name != "aten::index_put" && plan.name != "aten::_index_put_impl_")
+    return false;
+  if (args.size() < 4 || args[3].toBool() || !args[2].isTensor()) return false;  // accumulate
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& value = args[2].toTensor();
+  if (value.numel() != 1 || !value.is_cpu()) return false;
+  at::Tensor mask;
+  int64_t dim = 0;
+  for (const auto& t : args[1].toOptionalTensorList()) {
+    const std::optional<at::Tensor>& index = t;
+    if (!index || !index->defined()) {
+      ++dim;
+      continue;
+    }
+    const auto type = index->scalar_type();
+    if ((type != at::kBool && type != at::kByte) || index->device() != self.device() || mask.defined()) return false;
+    for (int64_t j = 0; j < index->dim(); ++j)
+      TORCH_CHECK_INDEX(dim + j < self.dim() && index->size(j) == self.size(dim + j), "The shape of the mask ",
+                        index->sizes(), " at index ", j, " does not match the shape of the indexed tensor ",
+                        self.sizes(), " at index ", dim + j);
+    mask = type == at::kBool ? *index : index->to(at::kBool);
+    dim += index->dim();
+  }
+  if (!mask.defined()) return false;
+  for (int64_t j = dim; j < self.dim(); ++j) mask = mask.unsqueeze(-1);
+  at::Tensor target = plan.name == "aten::index_put" ? self.clone(at::MemoryFormat::Preserve) : self;
+  target.masked_fill_(mask, value.item());
+  torch::jit::drop(*stack, args.size());
+  stack->push_back(target);
+  return true;
+}
+
 // A boolean (or uint8) mask among the index tensors of index / index_put
 // makes the shape depend on the data. As PyTorch does, each k-dim mask
 // becomes k int64 index tensors, its nonzero() coordinates (computed on the
@@ -447,6 +484,7 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, bool dynamic, int so
   if (v.isTensor() && v.toTensor().defined()) {
     a.kind = LoweringArg::Tensor;
     a.tensor = tensor(v.toTensor());
+    a.wrapped_number = v.toTensor().unsafeGetTensorImpl()->is_wrapped_number();
   } else if (v.isTensorList()) {
     a.kind = LoweringArg::TensorList;
     for (const at::Tensor& t : v.toTensorVector()) a.tensors.push_back(tensor(t));
@@ -537,6 +575,33 @@ std::optional<std::vector<int64_t>> channels_last_strides(const OpPlan& plan, co
   return std::nullopt;
 }
 
+// A pointwise op's output strides as TensorIterator computes them from its
+// inputs' strides (CPU's and CUDA's rule), by building one over meta
+// stand-ins: the meta kernels (Python) agree except in the strides of size-1
+// dimensions. None when the inputs do not give `sizes`.
+std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::vector<c10::IValue>& args,
+                                                            const std::vector<bool>& is_out,
+                                                            const std::vector<int64_t>& sizes) {
+  at::TensorIteratorConfig config;
+  config.set_check_mem_overlap(false).check_all_same_dtype(false).check_all_same_device(false);
+  config.add_owned_output(at::Tensor());
+  bool any = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (is_out[i] || !args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    const at::Tensor& t = args[i].toTensor();
+    config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  try {
+    auto iter = config.build();
+    if (iter.output(0).sizes() != at::IntArrayRef(sizes)) return std::nullopt;
+    return iter.output(0).strides().vec();
+  } catch (const c10::Error&) {
+    return std::nullopt;
+  }
+}
+
 // Builds the op's program (on a cache miss): PyTorch's meta kernel decides
 // the outputs, the rule lowers the op, and the outputs are flattened in the
 // memory order PyTorch gives them.
@@ -566,6 +631,8 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   }
   // The checks of CPU's kernel that the meta kernel skips (dtypes, casts).
   if (probe) check_like_cpu(op, args, plan.pointwise);
+  if (plan.pointwise && outs.size() == 1 && !strides.empty())
+    if (auto ti = tensor_iterator_strides(args, plan.is_out, outs[0].shape)) strides[0] = *ti;
   if (follows_input_format(plan.name))
     for (size_t k = 0; k < outs.size() && k < strides.size(); ++k)
       if (auto channels_last = channels_last_strides(plan, args, outs[k].shape)) strides[k] = *channels_last;
@@ -627,7 +694,7 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
       auto order = lowering::memory_order(outs[k].shape, strides[k]);
       if (!order.empty()) value = b.transpose(value, order);
       // Strides of size-1 dims do not move elements, but PyTorch reports them.
-      if (!order.empty() || (outs[k].numel() > 0 && lowering::is_dense(outs[k].shape, strides[k]) &&
+      if (!order.empty() || (lowering::is_dense(outs[k].shape, strides[k]) &&
                              at::IntArrayRef(strides[k]) != at::IntArrayRef(c10::contiguous_strides(outs[k].shape))))
         layouts[k] = strides[k];
     }
@@ -727,6 +794,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  if (index_put_as_masked_fill(plan, args, stack)) return;
   expand_index_masks(args, stack);
   resolve_generators(op.schema(), args);
 

@@ -26,13 +26,16 @@ at::Tensor stand_in(const at::Tensor& t, double fill) {
 }
 
 // An error a non-pointwise op's stand-in raises that its real arguments
-// raise too: about dtypes, or an IndexError (the stand-in keeps the ranks and
+// raise too: about dtypes (or a TypeError), or an IndexError (the stand-in keeps the ranks and
 // the empty dimensions, and its index 0 is valid in any other).
 bool trusted(const c10::Error& e) {
-  if (dynamic_cast<const c10::NotImplementedError*>(&e) || dynamic_cast<const c10::IndexError*>(&e)) return true;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e) || dynamic_cast<const c10::IndexError*>(&e) ||
+      dynamic_cast<const c10::TypeError*>(&e))
+    return true;
   std::string_view m = e.msg();
-  return m.find("dtype") != std::string_view::npos || m.find("scalar type") != std::string_view::npos ||
-         m.find("result type") != std::string_view::npos;
+  for (std::string_view about : {"dtype", "scalar type", "result type", "can't be cast"})
+    if (m.find(about) != std::string_view::npos) return true;
+  return false;
 }
 
 }  // namespace
@@ -49,6 +52,7 @@ OverlapRule overlap_rule(const std::string& op, bool pointwise) {
   static const std::set<std::string, std::less<>> partial = {"cumsum", "cumprod"};
   static const std::set<std::string, std::less<>> internal = {"mm", "bmm", "addmm", "baddbmm", "addmv", "mv"};
   if (none.count(name)) return OverlapRule::None;
+  if (name == "index_put" || name == "_index_put_impl") return OverlapRule::IndexPut;
   if (full.count(name)) return OverlapRule::Full;
   if (pointwise || partial.count(name)) return OverlapRule::Partial;
   if (internal.count(name)) return OverlapRule::Internal;
@@ -58,7 +62,12 @@ OverlapRule overlap_rule(const std::string& op, bool pointwise) {
 void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, OverlapRule rule) {
   if (rule == OverlapRule::None) return;
   for (const auto& w : written) {
-    at::assert_no_internal_overlap(w.tensor);
+    if (rule != OverlapRule::IndexPut)
+      at::assert_no_internal_overlap(w.tensor);
+    else if (at::has_internal_overlap(w.tensor) == at::MemOverlap::Yes)
+      TORCH_WARN(
+          "Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor before performing "
+          "this operation. This also applies to advanced indexing e.g. tensor[indices] = tensor");
     if (rule == OverlapRule::Internal) continue;
     for (const auto& in : inputs) {
       if (in.argument == w.argument || !in.tensor.defined() || in.tensor.is_cpu()) continue;

@@ -24,6 +24,7 @@ enum class OverlapRule {
   Internal,  // a written tensor may not have elements that share memory (an expanded out=)
   Partial,   // ... nor overlap an input partly (a[1:].add_(a[:-1])): TensorIterator's rule
   Full,      // ... nor overlap an input at all (torch.cat([x, x], out=x), index_add_(0, i, self))
+  IndexPut,  // Full, but an expanded self only warns (deprecated, as in index_put_)
 };
 // The rule for an op ("aten::add_.Tensor"): pointwise ops follow TensorIterator's.
 OverlapRule overlap_rule(const std::string& op, bool pointwise);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 namespace torch_tpu::lowering {
@@ -120,16 +121,25 @@ DType promote_same_priority(DType a, DType b) {
 }
 }  // namespace
 
-DType promote(DType a, bool a_scalar, DType b, bool b_scalar) {
-  if (a_scalar == b_scalar) {
-    if (category(a) != category(b)) return category(a) > category(b) ? a : b;
-    return promote_same_priority(a, b);
+DType promote_types(DType a, DType b) {
+  if (category(a) != category(b)) return category(a) > category(b) ? a : b;
+  return promote_same_priority(a, b);
+}
+
+DType promote(DType a, Operand a_class, DType b, Operand b_class) {
+  std::optional<DType> by_class[3];  // Number, ZeroDim, Tensor
+  for (auto [t, k] : {std::pair{a, a_class}, std::pair{b, b_class}}) {
+    auto& r = by_class[static_cast<int>(k)];
+    r = r ? promote_types(*r, t) : t;
   }
-  // A scalar operand wins only by lifting the category (to the default type
-  // of that category: float32 for floats, int64 for ints).
-  DType tensor = a_scalar ? b : a, scalar = a_scalar ? a : b;
-  if (category(scalar) <= category(tensor)) return tensor;
-  return category(scalar) == 2 ? DType::Float32 : DType::Int64;
+  // PyTorch's combine_categories(higher, lower).
+  auto combine = [](std::optional<DType> higher, std::optional<DType> lower) -> std::optional<DType> {
+    if (!higher) return lower;
+    if (!lower || stablehlo::is_float(*higher)) return higher;
+    if (*higher == DType::Bool || stablehlo::is_float(*lower)) return promote_types(*higher, *lower);
+    return higher;
+  };
+  return *combine(by_class[2], combine(by_class[1], by_class[0]));
 }
 
 Value lowest(Builder& b, DType t) {

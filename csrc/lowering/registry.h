@@ -39,6 +39,9 @@ struct LoweringArg {
   // list); `source` is the argument's position in the op's schema.
   bool dynamic = false;
   int source = -1;
+  // A Tensor that is a Python number PyTorch wrapped (x + 2 as add.Tensor):
+  // it promotes as a number does.
+  bool wrapped_number = false;
 
   // A Scalar argument as a double, whatever its kind.
   double number() const { return kind == Double ? d : kind == Bool ? (b ? 1 : 0) : static_cast<double>(i); }
@@ -109,9 +112,14 @@ struct RuleRegistrar {
 #define LOWERING(op, rule) \
   static const ::torch_tpu::lowering::RuleRegistrar TORCH_TPU_CONCAT(lowering_rule_, __LINE__)(op, rule)
 
-// PyTorch's type promotion of two operands: dtypes, whether each is a 0-d
-// tensor or a Python scalar (which only lift the category, never the width).
-DType promote(DType a, bool a_scalar, DType b, bool b_scalar);
+// How an operand takes part in PyTorch's type promotion (ResultTypeState):
+// tensors with dimensions decide, then 0-d tensors, then Python numbers (whose
+// dtype is float32, int64 or bool); a later class only lifts the result to a
+// higher category.
+enum class Operand { Number, ZeroDim, Tensor };
+DType promote(DType a, Operand a_class, DType b, Operand b_class);
+// torch.promote_types: the smallest dtype both fit in.
+DType promote_types(DType a, DType b);
 
 // The smallest / largest value of a dtype (0-d): the identities of max / min,
 // and what max pooling pads with. -inf / +inf for floats.

@@ -229,7 +229,7 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
           types.push_back(v.type);
           // Laid out as eager lays it out (x.t() + 1 is transposed): flattened in memory order.
           auto order = lowering::memory_order(v.shape(), slot_strides[s]);
-          const bool dense = lowering::is_dense(v.shape(), slot_strides[s]) && v.type.numel() > 0;
+          const bool dense = lowering::is_dense(v.shape(), slot_strides[s]);
           layouts.push_back(dense ? slot_strides[s] : std::vector<int64_t>());
           if (!order.empty()) v = g.b.transpose(v, order);
           flat.push_back(g.b.reshape(v, {v.type.numel()}));
