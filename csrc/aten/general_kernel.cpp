@@ -7,6 +7,7 @@
 #include "aten/general_kernel.h"
 
 #include <ATen/TensorIterator.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -167,8 +168,11 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
   plan.pointwise = op.hasTag(at::Tag::pointwise) || (plan.functional && plan.functional->hasTag(at::Tag::pointwise));
   plan.overlap = overlap_rule(plan.name, plan.pointwise);
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
-  // arange's Scalars decide its output shape: they stay in the key.
-  const bool shape_from_scalars = s.name() == "aten::arange" || s.name() == "aten::range";
+  // arange's Scalars decide its output shape, and pow's exponent its kernel
+  // (x ** 2 is x * x, an int ** -1 raises, as on CPU): they stay in the key.
+  const bool shape_from_scalars =
+      s.name() == "aten::arange" || s.name() == "aten::range" ||
+      ((s.name() == "aten::pow" || s.name() == "aten::pow_") && s.overload_name() != "Tensor_Tensor");
   for (const auto& a : s.arguments())
     plan.scalar_use.push_back(shape_from_scalars ? ScalarUse::Static : initial_scalar_use(a));
   plan.seen_values.resize(s.arguments().size());
@@ -245,6 +249,18 @@ void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>
   inputs.push_back({t, true, true});
 }
 
+// Whether t's strides are the ones a new contiguous tensor of its sizes has
+// (also in its size-1 dims, which PyTorch reports and layouts follow).
+bool has_row_major_strides(const at::Tensor& t) {
+  int64_t expected = 1;
+  const auto sizes = t.sizes(), strides = t.strides();
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    if (strides[d] != expected) return false;
+    expected *= std::max<int64_t>(sizes[d], 1);
+  }
+  return true;
+}
+
 // Converts one argument: appends its part of the key, records tensor inputs.
 void describe(const c10::IValue& v, bool is_out, const std::string& op, std::string& key, std::vector<Input>& inputs,
               std::optional<c10::Device>& device) {
@@ -268,7 +284,14 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     }
     key += '[';
     append_dims(key, t.sizes());
-    key += "];";
+    key += ']';
+    // Output layouts follow the inputs' strides (TensorIterator): a tensor
+    // laid out otherwise than row-major keys its strides too.
+    if (!has_row_major_strides(t)) {
+      key += ':';
+      append_dims(key, t.strides());
+    }
+    key += ';';
     inputs.push_back({t, t.device().type() != kTpu});
   };
   if (v.isTensor()) {
@@ -579,15 +602,23 @@ std::optional<std::vector<int64_t>> channels_last_strides(const OpPlan& plan, co
 // inputs' strides (CPU's and CUDA's rule), by building one over meta
 // stand-ins: the meta kernels (Python) agree except in the strides of size-1
 // dimensions. None when the inputs do not give `sizes`.
-std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::vector<c10::IValue>& args,
-                                                            const std::vector<bool>& is_out,
+std::optional<std::vector<int64_t>> tensor_iterator_strides(const OpPlan& plan, const std::vector<c10::IValue>& args,
                                                             const std::vector<int64_t>& sizes) {
   at::TensorIteratorConfig config;
-  config.set_check_mem_overlap(false).check_all_same_dtype(false).check_all_same_device(false);
+  config.set_check_mem_overlap(false).check_all_same_dtype(false).promote_inputs_to_common_dtype(true);
   config.add_owned_output(at::Tensor());
+  // A binary op's Scalar overload (add.Scalar, eq.Scalar) wraps its number in
+  // a 0-d tensor that TensorIterator iterates with the tensor.
+  const std::string& name = plan.name;
+  const bool wraps_scalars = name.find(".Scalar") != std::string::npos && name.rfind("aten::pow", 0) != 0;
   bool any = false;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (is_out[i] || !args[i].isTensor() || !args[i].toTensor().defined()) continue;
+    if (plan.is_out[i]) continue;
+    if (wraps_scalars && (args[i].isDouble() || args[i].isInt() || args[i].isBool())) {
+      config.add_owned_const_input(at::empty({}, at::TensorOptions().device(at::kMeta)));
+      continue;
+    }
+    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
     const at::Tensor& t = args[i].toTensor();
     config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
     any = true;
@@ -600,6 +631,19 @@ std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::vector<c1
   } catch (const c10::Error&) {
     return std::nullopt;
   }
+}
+
+// Ops whose CPU kernels lay their outputs out as TensorIterator does over
+// their inputs: the pointwise ones, and floor_divide (TensorIterator's, untagged).
+bool lays_out_like_its_inputs(const OpPlan& plan) {
+  return plan.pointwise || plan.name == "aten::floor_divide" || plan.name == "aten::floor_divide.Scalar";
+}
+
+// sort's and nan_to_num's CPU kernels allocate outputs as empty_like(self): self's strides
+// when self is dense, else dense strides in self's dimension order.
+std::vector<int64_t> empty_like_strides(const at::Tensor& self) {
+  if (self.is_non_overlapping_and_dense()) return self.strides().vec();
+  return at::infer_dense_strides(self.sizes(), self.strides());
 }
 
 // Builds the op's program (on a cache miss): PyTorch's meta kernel decides
@@ -631,8 +675,16 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   }
   // The checks of CPU's kernel that the meta kernel skips (dtypes, casts).
   if (probe) check_like_cpu(op, args, plan.pointwise);
-  if (plan.pointwise && outs.size() == 1 && !strides.empty())
-    if (auto ti = tensor_iterator_strides(args, plan.is_out, outs[0].shape)) strides[0] = *ti;
+  if (lays_out_like_its_inputs(plan))
+    for (size_t k = 0; k < outs.size() && k < strides.size(); ++k)
+      if (auto ti = tensor_iterator_strides(plan, args, outs[k].shape)) strides[k] = *ti;
+  if (plan.name == "aten::sort" || plan.name == "aten::sort.stable" || plan.name == "aten::nan_to_num")
+    for (auto& k : strides) k = empty_like_strides(args[0].toTensor());
+  if (plan.name == "aten::masked_fill.Scalar" || plan.name == "aten::masked_fill.Tensor")  // a contiguous clone, filled
+    for (size_t k = 0; k < strides.size(); ++k) {
+      auto contiguous = c10::contiguous_strides(outs[k].shape);
+      strides[k].assign(contiguous.begin(), contiguous.end());
+    }
   if (follows_input_format(plan.name))
     for (size_t k = 0; k < outs.size() && k < strides.size(); ++k)
       if (auto channels_last = channels_last_strides(plan, args, outs[k].shape)) strides[k] = *channels_last;
@@ -688,11 +740,15 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
     stablehlo::Value value = b.cast(results[k], dtype);
     // A new tensor is laid out as PyTorch lays it out (TensorIterator
     // follows its inputs' layout: x.t() + 1 is transposed too).
+    // An out= tensor that must be resized takes that layout too (its value is
+    // written through its strides, so stays in logical order here).
     const bool new_tensor =
         k < n_returns && !plan.writes_from_functional && (k >= plan.return_alias.size() || plan.return_alias[k] < 0);
-    if (new_tensor && k < strides.size()) {
+    const bool out_tensor =
+        k < plan.return_alias.size() && plan.return_alias[k] >= 0 && plan.is_out[plan.return_alias[k]];
+    if ((new_tensor || out_tensor) && k < strides.size()) {
       auto order = lowering::memory_order(outs[k].shape, strides[k]);
-      if (!order.empty()) value = b.transpose(value, order);
+      if (new_tensor && !order.empty()) value = b.transpose(value, order);
       // Strides of size-1 dims do not move elements, but PyTorch reports them.
       if (!order.empty() || (lowering::is_dense(outs[k].shape, strides[k]) &&
                              at::IntArrayRef(strides[k]) != at::IntArrayRef(c10::contiguous_strides(outs[k].shape))))
@@ -705,7 +761,8 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   for (const auto& check : ctx.checks) {  // trailing bool[1] outputs
     flat.push_back(b.reshape(check.ok, {1}));
     flat_types.push_back({stablehlo::DType::Bool, {1}});
-    checks.push_back(check.message + " (in " + plan.name + " on tpu)");
+    checks.push_back(std::string(check.index_error ? "" : runtime::kRuntimeErrorCheck) + check.message + " (in " +
+                     plan.name + " on tpu)");
   }
   runtime::ProgramSpec spec(b.module(flat), flat_types, checks);
   layouts.resize(flat.size());
@@ -741,19 +798,21 @@ void check_writes(const OpPlan& plan, const std::vector<c10::IValue>& args, cons
   if (!written.empty()) check_overlap(written, inputs, plan.overlap);
 }
 
-// TensorIterator refuses to resize an out= tensor that is also an input
-// (torch.add(x, y, out=x) with y broadcasting x to a larger shape).
-void check_read_write_outputs(const OpPlan& plan, const std::vector<c10::IValue>& args,
-                              const runtime::Program& program) {
+// TensorIterator's shape checks of the tensors an op writes: an in-place
+// result must have self's shape (x.div_(y) with y broadcasting x to a larger
+// shape), and an out= tensor that is also an input is not resized.
+void check_written_shapes(const OpPlan& plan, const std::vector<c10::IValue>& args, const runtime::Program& program) {
   for (size_t k = 0; k < plan.return_alias.size() && k < program.outputs.size(); ++k) {
     const int alias = plan.return_alias[k];
-    if (alias < 0 || !plan.is_out[alias]) continue;
+    if (alias < 0) continue;
     const at::Tensor& out = args[alias].toTensor();
     const auto& shape = program.outputs[k].shape;
     if (out.sizes() == at::IntArrayRef(shape)) continue;
-    for (size_t i = 0; i < args.size(); ++i)
-      TORCH_CHECK(static_cast<int>(i) == alias || !args[i].isTensor() || !args[i].toTensor().is_same(out),
-                  "output with shape ", out.sizes(), " doesn't match the broadcast shape ", at::IntArrayRef(shape));
+    bool resizable = plan.is_out[alias];
+    for (size_t i = 0; i < args.size() && resizable; ++i)
+      resizable = static_cast<int>(i) == alias || !args[i].isTensor() || !args[i].toTensor().is_same(out);
+    TORCH_CHECK(resizable, "output with shape ", out.sizes(), " doesn't match the broadcast shape ",
+                at::IntArrayRef(shape));
   }
 }
 
@@ -876,7 +935,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     return lowered_kernel(op, stack);
   }
-  if (plan.pointwise) check_read_write_outputs(plan, args, *program);
+  if (plan.pointwise) check_written_shapes(plan, args, *program);
 
   std::vector<pjrt::BufferPtr> buffers;
   buffers.reserve(inputs.size());
@@ -899,7 +958,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (runtime.mode() == runtime::EagerMode::Debug) {
       bool ok = false;
       runtime.download(*flag, &ok, 1);
-      TORCH_CHECK_INDEX(ok, program->checks[j]);
+      if (!ok) raise_check(program->checks[j]);
     } else {
       runtime.defer_check(flag, program->checks[j]);
     }
@@ -929,7 +988,11 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       stack->push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev, layout_of(*program, k)));
     } else {
       const at::Tensor& dst = args[alias].toTensor();
-      if (plan.is_out[alias] && dst.sizes() != at::IntArrayRef(type.shape)) dst.resize_(type.shape);
+      if (plan.is_out[alias] && dst.sizes() != at::IntArrayRef(type.shape)) {
+        dst.resize_(type.shape);  // then laid out as TensorIterator lays out a resized output
+        if (auto layout = layout_of(*program, k); !layout.empty())
+          dst.unsafeGetTensorImpl()->set_sizes_and_strides(type.shape, layout);
+      }
       write_dense(dst, results[k]);
       stack->push_back(dst);
     }

@@ -220,11 +220,16 @@ at::Tensor download(const at::Tensor& t) {
   try {
     Runtime::get().download(*buffer, out.data_ptr(), out.nbytes());
   } catch (const runtime::DeviceCheckFailed& e) {
-    TORCH_CHECK_INDEX(false, e.what(),
-                      " (reported at this host read: ops run asynchronously in Strict and Fused modes; "
-                      "TORCH_TPU_EAGER_MODE=debug raises at the op)");
+    raise_check(e.what(),
+                " (reported at this host read: ops run asynchronously in Strict and Fused modes; "
+                "TORCH_TPU_EAGER_MODE=debug raises at the op)");
   }
   return out;
+}
+
+void raise_check(const std::string& check, const std::string& note) {
+  TORCH_CHECK(!runtime::raises_runtime_error(check), runtime::check_message(check), note);
+  TORCH_CHECK_INDEX(false, check, note);
 }
 
 }  // namespace torch_tpu::aten

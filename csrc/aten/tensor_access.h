@@ -33,6 +33,10 @@ at::Tensor wrap_buffer(pjrt::BufferPtr value, at::IntArrayRef sizes, at::ScalarT
 pjrt::BufferPtr upload(const at::Tensor& cpu, int device);  // cpu must be contiguous
 at::Tensor download(const at::Tensor& t);                   // a contiguous CPU tensor
 
+// Raises a failed device check (runtime::DeviceCheckFailed's message) with the
+// class CPU raises for it: IndexError, or RuntimeError; `note` is appended.
+[[noreturn]] void raise_check(const std::string& check, const std::string& note = "");
+
 // "2,3,4": sizes as program keys and messages spell them.
 std::string dims_key(at::IntArrayRef v);
 // Appends dims_key(v) to `key` without temporaries (the per-op path).

@@ -118,7 +118,8 @@ std::vector<Value> gather(LoweringContext& c) {
   int64_t dim = normalize_dim(c.integer(1), x.rank());
   c.check_indices(index, x.shape()[dim], false,
                   "gather: index out of bounds for dimension " + std::to_string(dim) + " with size " +
-                      std::to_string(x.shape()[dim]));
+                      std::to_string(x.shape()[dim]),
+                  /*index_error=*/false);
   Value coords = coordinates(c.b, index, dim, x.rank());
   Value g = c.b.gather(x, coords, pointwise_gather(x.rank()), std::vector<int64_t>(x.rank(), 1));
   return {c.b.reshape(g, c.out().shape)};
@@ -158,7 +159,8 @@ Value scatter_along(LoweringContext& c, ScatterCombine combine, bool include_sel
   }
   c.check_indices(index, x.shape()[dim], false,
                   "scatter: index out of bounds for dimension " + std::to_string(dim) + " with size " +
-                      std::to_string(x.shape()[dim]));
+                      std::to_string(x.shape()[dim]),
+                  /*index_error=*/false);
   Value coords = coordinates(c.b, index, dim, r);
   if (!include_self) {
     TensorType flags{DType::Bool, x.shape()};
@@ -207,7 +209,9 @@ LoweringRule index_write(ScatterCombine combine) {
     Value i = c.b.reshape(c.b.cast(index, DType::Int64), {index.type.numel(), 1});
     c.check_indices(i, size, false,
                     "index_copy/index_add: index out of range for dimension " + std::to_string(dim) + " with size " +
-                        std::to_string(size));
+                        std::to_string(size),
+                    // CPU: IndexError for index_copy and a 1-D index_add, RuntimeError for an N-D index_add
+                    /*index_error=*/combine != ScatterCombine::Add || c.tensor(0).rank() <= 1);
     if (combine == ScatterCombine::Add && c.has(4) && !c.is_number(4, 1))
       src = c.b.binary(Binary::Multiply, src, c.value_as(4, src.type));
     ScatterDims dims;

@@ -176,7 +176,7 @@ std::vector<Value> normal_tensors(LoweringContext& c) {
     const Value& s = c.tensor(1);
     if (s.type.numel() > 0)
       c.checks.push_back({all_true(c.b, c.b.compare(Compare::GE, s, c.b.constant(0, s.type))),
-                          "normal expects all elements of std >= 0.0"});
+                          "normal expects all elements of std >= 0.0", /*index_error=*/false});
   } else if (c.number(1) < 0) {
     fail("normal expects std >= 0.0, but found std " + str(c.number(1)));
   }
@@ -322,7 +322,7 @@ Value probabilities(LoweringContext& c, size_t i) {
     Value q = c.b.cast(p, compute);
     Value ok = c.b.binary(Binary::And, c.b.compare(Compare::GE, q, c.b.constant(0, q.type)),
                           c.b.compare(Compare::LE, q, c.b.constant(1, q.type)));
-    c.checks.push_back({all_true(c.b, ok), "bernoulli expects all elements of p to be in [0, 1]"});
+    c.checks.push_back({all_true(c.b, ok), "bernoulli expects all elements of p to be in [0, 1]", false});
   }
   return c.value_as(i, {compute, c.out().shape});
 }
@@ -435,10 +435,10 @@ std::vector<Value> multinomial(LoweringContext& c) {
   Value w = c.b.reshape(c.b.cast(self, compute), {rows, cats});
   Value zero = c.b.constant(0, w.type);
   Value valid = c.b.binary(Binary::And, c.b.unary(Unary::IsFinite, w), c.b.compare(Compare::GE, w, zero));
-  c.checks.push_back({all_true(c.b, valid), "probability tensor contains either `inf`, `nan` or element < 0"});
+  c.checks.push_back({all_true(c.b, valid), "probability tensor contains either `inf`, `nan` or element < 0", false});
   Value total = c.b.reduce(w, c.b.scalar(0, compute), {1}, Binary::Add);
   c.checks.push_back({all_true(c.b, c.b.compare(Compare::GT, total, c.b.constant(0, total.type))),
-                      "invalid multinomial distribution (sum of probabilities <= 0)"});
+                      "invalid multinomial distribution (sum of probabilities <= 0)", false});
 
   Value index;
   if (replacement) {

@@ -211,7 +211,8 @@ Value LoweringContext::value_as(size_t i, const TensorType& type) const {
 
 Value LoweringContext::operand_as_output(size_t i, size_t k) const { return value_as(i, out(k)); }
 
-void LoweringContext::check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message) {
+void LoweringContext::check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message,
+                                    bool index_error) {
   if (index.type.numel() == 0) return;
   Value i = b.cast(index, DType::Int64);
   Value low = b.compare(stablehlo::Compare::GE, i, b.constant_int(allow_negative ? -size : 0, i.type));
@@ -220,7 +221,7 @@ void LoweringContext::check_indices(const Value& index, int64_t size, bool allow
   for (int64_t d = 0; d < i.rank(); ++d) all.push_back(d);
   Value ok =
       b.reduce(b.binary(stablehlo::Binary::And, low, high), b.scalar(1, DType::Bool), all, stablehlo::Binary::And);
-  checks.push_back({ok, message});
+  checks.push_back({ok, message, index_error});
 }
 
 std::vector<int64_t> memory_order(const Shape& sizes, const std::vector<int64_t>& strides) {

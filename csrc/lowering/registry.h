@@ -84,11 +84,15 @@ struct LoweringContext {
   struct Check {
     Value ok;
     std::string message;
+    // CPU raises IndexError for this check (index_select, x[i], embedding),
+    // else RuntimeError (gather, scatter, index_add, random ops' arguments).
+    bool index_error = true;
   };
   std::vector<Check> checks;
   // Every entry of integer `index` lies in [0, size), or [-size, size) when
   // negative indices count from the end.
-  void check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message);
+  void check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message,
+                     bool index_error = true);
 };
 
 // Thrown by a rule that cannot lower this use of its op (a shape that depends

@@ -216,7 +216,8 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
           }
           for (auto& check : ctx.checks) {
             flags.push_back(g.b.reshape(check.ok, {1}));
-            messages.push_back(check.message + " (in " + op + " of a compiled graph)");
+            messages.push_back(std::string(check.index_error ? "" : runtime::kRuntimeErrorCheck) + check.message +
+                               " (in " + op + " of a compiled graph)");
           }
           g.node_values.push_back(std::move(results));
         }

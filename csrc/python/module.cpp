@@ -71,8 +71,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("plugin_path", [] { return Runtime::get().plugin_path(); });
   m.def("plugin_api_version", [] { return Runtime::get().client().plugin()->version(); });
   m.def("synchronize", [](int device) {
-    py::gil_scoped_release release;
-    Runtime::get().synchronize(device);
+    try {
+      py::gil_scoped_release release;
+      Runtime::get().synchronize(device);
+    } catch (const torch_tpu::runtime::DeviceCheckFailed& e) {  // IndexError or RuntimeError, as CPU raises it
+      if (torch_tpu::runtime::raises_runtime_error(e.what()))
+        throw std::runtime_error(torch_tpu::runtime::check_message(e.what()));
+      throw py::index_error(e.what());
+    }
   });
   m.def("metrics", [] { return Runtime::get().metrics(); });
   // The persistent compilation cache; needs no runtime (no plugin load).

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -51,8 +52,10 @@ struct Program : std::enable_shared_from_this<Program> {
   uint64_t id = 0;  // unique in this process; names it in fused window keys
   std::vector<TensorType> outputs;
   // Per output, its strides when PyTorch lays the result out in another order
-  // than row-major (x.t() + 1, a channels_last result): the flat output is in
-  // that memory order. Empty (or an empty entry): row-major.
+  // than row-major (x.t() + 1, a channels_last result). The flat output of a
+  // new tensor is in that memory order; an in-place or out= result stays in
+  // logical order (it is written through the destination's strides). Empty
+  // (or an empty entry): row-major.
   std::vector<std::vector<int64_t>> output_strides;
   std::string mlir;
   std::string disk_key;  // of the executable in the disk cache
@@ -81,10 +84,18 @@ struct ProgramSpec {
 };
 
 // A device check that failed (an index out of range): reported at the op in
-// Debug mode, at the next synchronize or host read in Strict mode.
+// Debug mode, at the next synchronize or host read in Strict mode. Raised as
+// IndexError, or as RuntimeError for a check whose message starts with
+// kRuntimeErrorCheck (the class CPU raises for that check).
 struct DeviceCheckFailed : std::out_of_range {
   using std::out_of_range::out_of_range;
 };
+inline constexpr std::string_view kRuntimeErrorCheck = "RuntimeError: ";
+inline bool raises_runtime_error(const std::string& check) { return check.rfind(kRuntimeErrorCheck, 0) == 0; }
+// The check's message without the class mark.
+inline std::string check_message(const std::string& check) {
+  return raises_runtime_error(check) ? check.substr(kRuntimeErrorCheck.size()) : check;
+}
 using ProgramPtr = std::shared_ptr<const Program>;
 
 // An allocation the device cannot hold; the aten layer raises it as

@@ -322,26 +322,35 @@ OUT_OF_RANGE_OPS = [
     lambda x, i: x.index_put((i,), torch.tensor(1.0, device=x.device)),
     lambda x, i: x.scatter(0, i[:, None].expand(2, 4), 1.0),
     lambda x, i: torch.nn.functional.embedding(i, x),
+    lambda x, i: x.index_add(0, i, torch.ones(2, 4, device=x.device)),
+    lambda x, i: x.index_copy(0, i, torch.ones(2, 4, device=x.device)),
 ]
+
+
+def cpu_error(op, x, i):
+    with pytest.raises((IndexError, RuntimeError)) as e:
+        op(x, i)
+    return e.type
 
 
 @pytest.mark.parametrize("op", OUT_OF_RANGE_OPS)
 def test_out_of_range_index_raises_at_the_next_host_read(op):
     # XLA clamps gathers and drops scattered updates; the device-side range
-    # check surfaces as IndexError at the next host read (Strict), as CUDA does.
+    # check surfaces at the next host read (Strict), as CUDA's does, with the
+    # class CPU raises (IndexError, or RuntimeError for gather and scatter).
     x, i = rand(3, 4), torch.tensor([0, 3])
-    with pytest.raises((IndexError, RuntimeError)):
-        op(x, i)  # CPU raises
-    with pytest.raises(IndexError, match="out of (range|bounds)"):
+    with pytest.raises(cpu_error(op, x, i), match="out of (range|bounds)") as e:
         op(tpu(x), tpu(i)).cpu()
+    assert e.type is cpu_error(op, x, i)
     assert (tpu(x) + 1).cpu().shape == (3, 4)  # the process stays usable
 
 
 @pytest.mark.parametrize("op", OUT_OF_RANGE_OPS)
 def test_out_of_range_index_raises_at_the_op_in_debug_mode(op):
     x, i = rand(3, 4), torch.tensor([0, 3])
-    with torch_tpu.set_eager_mode("debug"), pytest.raises(IndexError, match="out of (range|bounds)"):
+    with torch_tpu.set_eager_mode("debug"), pytest.raises(cpu_error(op, x, i), match="out of (range|bounds)") as e:
         op(tpu(x), tpu(i))
+    assert e.type is cpu_error(op, x, i)
 
 
 def test_negative_indices_in_range_do_not_raise():
