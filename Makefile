@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
 
-.PHONY: all demo test test-cpp test-debug test-python test-fused build system-deps lint clean bench
+.PHONY: all demo test test-cpp test-debug test-python test-fused semantics build system-deps lint clean bench
 
 all: build
 
@@ -48,6 +48,14 @@ test-fused: build
 	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py
 
 test: test-cpp test-debug test-python test-fused
+
+# Not in `make test`: the full differential sweep of tests/python/test_semantics.py
+# (random programs on CPU and on tpu, compared; divergences grouped, with repros).
+semantics: build
+	$(PY) tests/python/test_semantics.py --mode strict --programs 2000; s=$$?; \
+	$(PY) tests/python/test_semantics.py --mode fused --programs 2000 || s=1; \
+	$(PY) tests/python/test_semantics.py --mode compile --programs 500 || s=1; \
+	exit $$s
 
 bench: build
 	$(PY) benchmarks/dispatch.py
