@@ -64,6 +64,7 @@ struct OpPlan {
   // Tagged pointwise by PyTorch: a TensorIterator op (CPU's checks trust its stand-ins fully).
   bool pointwise = false;
   OverlapRule overlap = OverlapRule::None;  // what CPU's kernel checks about the memory the op writes
+  bool index_put = false;                   // index_put, index_put_, _index_put_impl_ (a mask may make it masked_fill_)
 };
 
 std::mutex scalar_mutex;
@@ -167,6 +168,8 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
   plan.writes_from_functional = plan.functional && s.returns().empty();
   plan.pointwise = op.hasTag(at::Tag::pointwise) || (plan.functional && plan.functional->hasTag(at::Tag::pointwise));
   plan.overlap = overlap_rule(plan.name, plan.pointwise);
+  plan.index_put =
+      s.name() == "aten::index_put_" || s.name() == "aten::index_put" || s.name() == "aten::_index_put_impl_";
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
   // arange's Scalars decide its output shape, and pow's exponent its kernel
   // (x ** 2 is x * x, an int ** -1 raises, as on CPU): they stay in the key.
@@ -386,8 +389,7 @@ c10::IValue to_meta(const c10::IValue& v) {
 // one-element value on the CPU is masked_fill_ with the value's number, as in
 // PyTorch's index_put_ (so x[mask] = torch.tensor(2) casts 2 to x's dtype).
 bool index_put_as_masked_fill(const OpPlan& plan, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
-  if (plan.name != "aten::index_put_" && plan.name != "aten::index_put" && plan.name != "aten::_index_put_impl_")
-    return false;
+  if (!plan.index_put) return false;
   if (args.size() < 4 || args[3].toBool() || !args[2].isTensor()) return false;  // accumulate
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& value = args[2].toTensor();
@@ -673,8 +675,13 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
     if (probe) check_like_cpu(op, args, plan.pointwise);
     throw;
   }
-  // The checks of CPU's kernel that the meta kernel skips (dtypes, casts).
-  if (probe) check_like_cpu(op, args, plan.pointwise);
+  // The checks of CPU's kernel that the meta kernel skips (dtypes, casts),
+  // and its result types for a pointwise op.
+  if (probe) {
+    auto cpu_dtypes = check_like_cpu(op, args, plan.pointwise);
+    if (plan.pointwise && !plan.functional && cpu_dtypes.size() == outs.size())
+      for (size_t k = 0; k < outs.size(); ++k) outs[k].dtype = to_dtype(cpu_dtypes[k]);
+  }
   if (lays_out_like_its_inputs(plan))
     for (size_t k = 0; k < outs.size() && k < strides.size(); ++k)
       if (auto ti = tensor_iterator_strides(plan, args, outs[k].shape)) strides[k] = *ti;

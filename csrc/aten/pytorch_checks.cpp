@@ -79,12 +79,13 @@ void check_overlap(const std::vector<Written>& written, const std::vector<Writte
   }
 }
 
-void check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, bool pointwise) {
-  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return;
+std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                                           bool pointwise) {
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return {};
   const double fill = pointwise ? 1 : 0;
   torch::jit::Stack stack;
   for (const auto& v : args) {
-    if (v.isGenerator()) return;  // a random op: its CPU kernel would want a CPU generator
+    if (v.isGenerator()) return {};  // a random op: its CPU kernel would want a CPU generator
     if (v.isTensor()) {
       stack.push_back(stand_in(v.toTensor(), fill));
     } else if (v.isTensorList()) {
@@ -107,9 +108,15 @@ void check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue
   try {
     op.callBoxed(stack);
   } catch (const c10::Error& e) {
-    if (std::string_view(e.msg()).find("Could not run") != std::string_view::npos) return;  // no CPU kernel after all
+    if (std::string_view(e.msg()).find("Could not run") != std::string_view::npos)
+      return {};  // no CPU kernel after all
     if (pointwise || trusted(e)) throw;
+    return {};
   }
+  std::vector<at::ScalarType> dtypes;
+  for (const auto& r : stack)
+    if (r.isTensor()) dtypes.push_back(r.toTensor().scalar_type());
+  return dtypes;
 }
 
 }  // namespace torch_tpu::aten

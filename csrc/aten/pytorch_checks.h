@@ -40,6 +40,10 @@ void check_overlap(const std::vector<Written>& written, const std::vector<Writte
 // subtraction. For a `pointwise` op the stand-ins broadcast exactly as the
 // real arguments do, so every error they raise is the op's; for other ops
 // only dtype errors are trusted (their shapes and values are not the op's).
-void check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, bool pointwise);
+// Returns the dtypes of the stand-in's outputs: CPU's result types, which
+// for a pointwise op the program follows where a meta kernel says otherwise
+// (bool ** False is bool on CPU, int64 by the meta kernel).
+std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
+                                           bool pointwise);
 
 }  // namespace torch_tpu::aten

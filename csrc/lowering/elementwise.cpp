@@ -24,15 +24,7 @@ std::vector<Value> sub(LoweringContext& c) { return {add_scaled(c, Binary::Subtr
 
 std::vector<Value> mul(LoweringContext& c) {
   Value a = c.operand_as_output(0), b = c.operand_as_output(1);
-  if (c.out().dtype == DType::Bool) return {c.b.binary(Binary::And, a, b)};
-  // A bool operand: x where true, x * 0 where false, so false * inf is nan as
-  // on CPU (XLA rewrites convert(pred) * x into a select that gives 0).
-  for (size_t i : {0, 1}) {
-    if (c.args[i].kind != LoweringArg::Tensor || c.tensor(i).dtype() != DType::Bool) continue;
-    Value pred = c.b.broadcast_to(c.tensor(i), c.out().shape), x = i == 0 ? b : a;
-    return {c.b.select(pred, x, c.b.binary(Binary::Multiply, x, c.b.constant(0, c.out())))};
-  }
-  return {c.b.binary(Binary::Multiply, a, b)};
+  return {c.b.binary(c.out().dtype == DType::Bool ? Binary::And : Binary::Multiply, a, b)};
 }
 
 // Floating a // b exactly as PyTorch's CPU and CUDA kernels compute it
@@ -340,6 +332,8 @@ std::vector<Value> pow(LoweringContext& c) {
       if (auto r = float_power_of(c.b, base, c.number(1))) return {*r};
     return {c.b.binary(Binary::Power, base, exponent)};
   }
+  if (c.out().dtype == DType::Bool)  // b ** e on bools (CPU's result type): e false gives true
+    return {c.b.binary(Binary::Or, base, c.b.unary(Unary::Not, exponent))};
   return {integer_power(c.b, base, exponent)};
 }
 

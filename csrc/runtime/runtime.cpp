@@ -183,9 +183,25 @@ Runtime& Runtime::get() {
   return *instance.load();
 }
 
+namespace {
+// XLA may compute float16/bfloat16 chains in float32 without rounding between
+// ops (excess precision); PyTorch rounds after every op, eager or compiled,
+// so a compiled graph would differ from CPU. The plugin reads XLA_FLAGS when
+// it first compiles; a user's own setting of the flag wins.
+std::string disallow_excess_precision() {
+  std::string flags = env("XLA_FLAGS");
+  if (flags.find("xla_allow_excess_precision") == std::string::npos) {
+    flags += std::string(flags.empty() ? "" : " ") + "--xla_allow_excess_precision=false";
+    setenv("XLA_FLAGS", flags.c_str(), 1);
+  }
+  return flags;
+}
+}  // namespace
+
 Runtime::Runtime() {
   device_name_ = upper(env("PJRT_DEVICE", "CPU"));
   plugin_path_ = find_plugin(device_name_, search_paths());
+  xla_flags_ = disallow_excess_precision();
   auto plugin = pjrt::Plugin::load(plugin_path_);
   std::vector<pjrt::NamedOption> options;
   if (device_name_ == "CUDA" || device_name_ == "GPU") {
@@ -301,8 +317,8 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     program->output_bytes = output_bytes(program->outputs);
     program->mlir = std::move(spec.mlir);
     // The executable entry is keyed by what was compiled, how, and by which plugin.
-    program->disk_key =
-        plugin_path_ + "|" + client_->plugin()->version() + "|" + hash_hex(compile_options_) + "|" + program->mlir;
+    program->disk_key = plugin_path_ + "|" + client_->plugin()->version() + "|" +
+                        hash_hex(compile_options_ + xla_flags_) + "|" + program->mlir;
   }
   program->key = key;
   program->id = next_program_id_.fetch_add(1);

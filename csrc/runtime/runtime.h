@@ -232,6 +232,7 @@ class Runtime {
   std::unique_ptr<DiskCache> disk_;
   std::string device_name_, plugin_path_;
   std::string compile_options_;
+  std::string xla_flags_;  // XLA_FLAGS the plugin compiles with: part of the disk cache's key
   std::mutex mutex_;
   std::unordered_map<std::string, ProgramPtr> programs_;
   // Programs whose executable is loaded, most recently used first. Each holds

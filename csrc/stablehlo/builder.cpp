@@ -323,7 +323,13 @@ Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
   return emit("clamp", {lo, x, hi}, "", x.type);
 }
 
-Value Builder::convert(const Value& x, DType to) { return emit("convert", {x}, "", {to, x.shape()}); }
+Value Builder::convert(const Value& x, DType to) {
+  // bool -> float as a select: XLA rewrites convert(pred) * c into
+  // select(pred, c, 0), so false * inf (or false / 0) gave 0 instead of NaN.
+  if (x.dtype() == DType::Bool && is_float(to))
+    return select(x, constant(1, {to, x.shape()}), constant(0, {to, x.shape()}));
+  return emit("convert", {x}, "", {to, x.shape()});
+}
 
 Value Builder::bitcast_convert(const Value& x, const TensorType& to) {
   size_t from_bytes = byte_size(x.dtype()), to_bytes = byte_size(to.dtype);

@@ -80,6 +80,7 @@ KINDS = (
 class Known(NamedTuple):
     explanation: str
     applies: Callable[[Divergence, str], bool]  # (the divergence, its op's line) -> is it this one
+    modes: tuple[str, ...] = MODES  # where it is deliberate
 
 
 def _out_aliases_an_input(line: str) -> bool:
@@ -113,6 +114,18 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "raises, as CUDA does (index_put_ needs one dtype); CPU casts because the value is a CPU tensor there, "
         "which index_put_ fills in as a number (a CPU value on tpu is cast too)",
         lambda d, line: d.kind == "tpu raised" and "source and destination dtypes match" in d.detail,
+    ),
+    "traced strides of size-1 dims": Known(
+        "a compiled graph's outputs have the strides its trace gives them, which differ from eager CPU's "
+        "in dims of size 1 only (inductor's do too)",
+        lambda d, line: d.kind == "stride (size-1/empty)",
+        modes=("compile",),
+    ),
+    "traced dtype of a bool ** bool": Known(
+        "PyTorch's meta kernel gives int64 for pow(bool tensor, bool), CPU bool: a compiled graph takes the "
+        "trace's dtype (eager tpu takes CPU's)",
+        lambda d, line: d.kind == "dtype" and "**" in line,
+        modes=("compile",),
     ),
     "mixed dtypes of an empty matmul": Known(
         "CPU returns an empty result for a matmul of two dtypes when an operand is empty; tpu raises its dtype error",
@@ -1366,9 +1379,11 @@ def repro(lines, mode: str, divergence: Divergence) -> str:
     return "\n".join(out)
 
 
-def known(divergence: Divergence, lines) -> str | None:
+def known(divergence: Divergence, lines, mode: str) -> str | None:
     line = lines[divergence.op].text if divergence.op is not None and divergence.op < len(lines) else ""
-    return next((name for name, k in KNOWN_DIVERGENCES.items() if k.applies(divergence, line)), None)
+    return next(
+        (name for name, k in KNOWN_DIVERGENCES.items() if mode in k.modes and k.applies(divergence, line)), None
+    )
 
 
 # ---------------------------------------------------------------- sweeps
@@ -1448,7 +1463,7 @@ def run_one(mode: str, seed: int, index: int, may_shrink: Callable[[str, str], b
         return cpu.error is not None, None
     first = localize(lines, mode, found)
     label = lines[first.op].label if first.op is not None and first.op < len(lines) else "(end)"
-    finding = Finding(index, first, label, known(first, lines))
+    finding = Finding(index, first, label, known(first, lines, mode))
     if finding.known is None and may_shrink(first.kind, label):
         shrunk = minimize(lines, mode, first)
         again = [d for d in check(shrunk, mode) if d.kind == first.kind]  # its own names and values
