@@ -54,6 +54,7 @@ test: test-cpp test-debug test-python test-fused
 semantics: build
 	$(PY) tests/python/test_semantics.py --mode strict --programs 2000; s=$$?; \
 	$(PY) tests/python/test_semantics.py --mode fused --programs 2000 || s=1; \
+	$(PY) tests/python/test_semantics.py --mode debug --programs 2000 || s=1; \
 	$(PY) tests/python/test_semantics.py --mode compile --programs 500 || s=1; \
 	exit $$s
 

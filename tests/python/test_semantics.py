@@ -53,7 +53,7 @@ import torch_tpu
 SEED = 0
 MODES = ("strict", "fused", "debug", "compile")
 # Per pytest run (a fresh compilation cache: about 0.35 s a program on 2 cores).
-PYTEST_PROGRAMS = {"strict": 80, "fused": 80, "compile": 25}
+PYTEST_PROGRAMS = {"strict": 200, "fused": 150, "compile": 50}
 
 
 class Divergence(NamedTuple):
