@@ -6,18 +6,16 @@
 // result into their destination through the storage model.
 #include "aten/general_kernel.h"
 
-#include <ATen/TensorIterator.h>
-#include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <cmath>
 #include <mutex>
-#include <set>
 #include <unordered_map>
 
 #include "aten/cpu_fallback.h"
 #include "aten/generator.h"
+#include "aten/output_layout.h"
 #include "aten/pytorch_checks.h"
 #include "aten/tensor_access.h"
 #include "lowering/random.h"
@@ -556,98 +554,6 @@ at::IntArrayRef layout_of(const runtime::Program& program, size_t k) {
 void check_finite(const std::string& op, const std::vector<Input>& inputs, const std::vector<TensorType>& types,
                   const std::vector<pjrt::BufferPtr>& results, int dev);
 
-// Ops whose CPU and CUDA kernels lay their outputs out in the memory format
-// their input suggests (convolution: its input or its weight). Their meta
-// kernels do too, except where the format is ambiguous (one channel, or 1x1
-// images: contiguous and channels_last at once) or, for convolution, at all
-// (it has no device to ask). Outputs are channels_last when CPU's
-// suggest_memory_format says so.
-bool follows_input_format(const std::string& op) {
-  static const std::set<std::string, std::less<>> ops = {"aten::convolution",
-                                                         "aten::upsample_nearest1d",
-                                                         "aten::upsample_nearest2d",
-                                                         "aten::upsample_nearest3d",
-                                                         "aten::_upsample_nearest_exact1d",
-                                                         "aten::_upsample_nearest_exact2d",
-                                                         "aten::_upsample_nearest_exact3d",
-                                                         "aten::upsample_linear1d",
-                                                         "aten::upsample_bilinear2d",
-                                                         "aten::upsample_trilinear3d",
-                                                         "aten::max_pool2d_with_indices",
-                                                         "aten::max_pool3d_with_indices",
-                                                         "aten::avg_pool2d",
-                                                         "aten::avg_pool3d",
-                                                         "aten::_adaptive_avg_pool2d",
-                                                         "aten::_adaptive_avg_pool3d",
-                                                         "aten::_native_batch_norm_legit",
-                                                         "aten::_native_batch_norm_legit.no_stats",
-                                                         "aten::_native_batch_norm_legit_functional",
-                                                         "aten::_native_batch_norm_legit_no_training"};
-  return ops.count(op) > 0;
-}
-
-std::optional<std::vector<int64_t>> channels_last_strides(const OpPlan& plan, const std::vector<c10::IValue>& args,
-                                                          const std::vector<int64_t>& sizes) {
-  auto format = [&](size_t i) {
-    return i < args.size() && args[i].isTensor() && args[i].toTensor().defined()
-               ? args[i].toTensor().suggest_memory_format()
-               : at::MemoryFormat::Contiguous;
-  };
-  const bool convolution = plan.name == "aten::convolution";
-  auto is = [&](at::MemoryFormat f) { return format(0) == f || (convolution && format(1) == f); };
-  if (sizes.size() == 4 && is(at::MemoryFormat::ChannelsLast)) return c10::get_channels_last_strides_2d(sizes);
-  if (sizes.size() == 5 && is(at::MemoryFormat::ChannelsLast3d)) return c10::get_channels_last_strides_3d(sizes);
-  return std::nullopt;
-}
-
-// A pointwise op's output strides as TensorIterator computes them from its
-// inputs' strides (CPU's and CUDA's rule), by building one over meta
-// stand-ins: the meta kernels (Python) agree except in the strides of size-1
-// dimensions. None when the inputs do not give `sizes`.
-std::optional<std::vector<int64_t>> tensor_iterator_strides(const OpPlan& plan, const std::vector<c10::IValue>& args,
-                                                            const std::vector<int64_t>& sizes) {
-  at::TensorIteratorConfig config;
-  config.set_check_mem_overlap(false).check_all_same_dtype(false).promote_inputs_to_common_dtype(true);
-  config.add_owned_output(at::Tensor());
-  // A binary op's Scalar overload (add.Scalar, eq.Scalar) wraps its number in
-  // a 0-d tensor that TensorIterator iterates with the tensor.
-  const std::string& name = plan.name;
-  const bool wraps_scalars = name.find(".Scalar") != std::string::npos && name.rfind("aten::pow", 0) != 0;
-  bool any = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (plan.is_out[i]) continue;
-    if (wraps_scalars && (args[i].isDouble() || args[i].isInt() || args[i].isBool())) {
-      config.add_owned_const_input(at::empty({}, at::TensorOptions().device(at::kMeta)));
-      continue;
-    }
-    if (!args[i].isTensor() || !args[i].toTensor().defined()) continue;
-    const at::Tensor& t = args[i].toTensor();
-    config.add_owned_const_input(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
-    any = true;
-  }
-  if (!any) return std::nullopt;
-  try {
-    auto iter = config.build();
-    if (iter.output(0).sizes() != at::IntArrayRef(sizes)) return std::nullopt;
-    return iter.output(0).strides().vec();
-  } catch (const c10::Error&) {
-    return std::nullopt;
-  }
-}
-
-// Ops whose CPU kernels lay their outputs out as TensorIterator does over
-// their inputs: the pointwise ones, and floor_divide (TensorIterator's, untagged).
-bool lays_out_like_its_inputs(const OpPlan& plan) {
-  return plan.pointwise || plan.name == "aten::floor_divide" || plan.name == "aten::floor_divide.Scalar";
-}
-
-// sort's and nan_to_num's CPU kernels allocate outputs as empty_like(self): self's strides
-// when self is dense, else dense strides in self's dimension order.
-std::vector<int64_t> empty_like_strides(const at::Tensor& self) {
-  if (self.is_non_overlapping_and_dense()) return self.strides().vec();
-  return at::infer_dense_strides(self.sizes(), self.strides());
-}
-
 // Builds the op's program (on a cache miss): PyTorch's meta kernel decides
 // the outputs, the rule lowers the op, and the outputs are flattened in the
 // memory order PyTorch gives them.
@@ -682,19 +588,7 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
     if (plan.pointwise && !plan.functional && cpu_dtypes.size() == outs.size())
       for (size_t k = 0; k < outs.size(); ++k) outs[k].dtype = to_dtype(cpu_dtypes[k]);
   }
-  if (lays_out_like_its_inputs(plan))
-    for (size_t k = 0; k < outs.size() && k < strides.size(); ++k)
-      if (auto ti = tensor_iterator_strides(plan, args, outs[k].shape)) strides[k] = *ti;
-  if (plan.name == "aten::sort" || plan.name == "aten::sort.stable" || plan.name == "aten::nan_to_num")
-    for (auto& k : strides) k = empty_like_strides(args[0].toTensor());
-  if (plan.name == "aten::masked_fill.Scalar" || plan.name == "aten::masked_fill.Tensor")  // a contiguous clone, filled
-    for (size_t k = 0; k < strides.size(); ++k) {
-      auto contiguous = c10::contiguous_strides(outs[k].shape);
-      strides[k].assign(contiguous.begin(), contiguous.end());
-    }
-  if (follows_input_format(plan.name))
-    for (size_t k = 0; k < outs.size() && k < strides.size(); ++k)
-      if (auto channels_last = channels_last_strides(plan, args, outs[k].shape)) strides[k] = *channels_last;
+  lay_out_like_cpu(plan.name, plan.pointwise, plan.is_out, args, outs, strides);
   stablehlo::Builder b;
   std::vector<stablehlo::Value> params;
   for (const auto& in : inputs) {
