@@ -375,7 +375,10 @@ std::unique_ptr<Executable> Client::deserialize(const std::string& bytes) const 
 }
 
 // CompileOptionsProto { executable_build_options (3): ExecutableBuildOptionsProto {
-//   device_ordinal (1) = -1, num_replicas (4) = 1, num_partitions (5) = 1 } }
+//   device_ordinal (1) = -1, num_replicas (4) = 1, num_partitions (5) = 1 },
+//   compile_portable_executable (4) = true }
+// Portable: no device assignment, so Execute may name any device of the
+// client (compiled for device 0 only, tpu:1 failed with "not addressable").
 std::string single_device_compile_options() {
   std::string build;
   put_int_field(build, 1, -1);
@@ -383,6 +386,7 @@ std::string single_device_compile_options() {
   put_int_field(build, 5, 1);
   std::string options;
   put_bytes_field(options, 3, build);
+  put_int_field(options, 4, 1);
   return options;
 }
 

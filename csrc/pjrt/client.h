@@ -165,7 +165,8 @@ class Client {
   std::vector<PJRT_Device*> devices_;
 };
 
-// A serialized xla.CompileOptionsProto for a single-device program.
+// A serialized xla.CompileOptionsProto for a single-device program that runs
+// on whichever device each launch names (a portable executable).
 std::string single_device_compile_options();
 
 // Bytes of one element of `type`.

@@ -204,6 +204,16 @@ Runtime::Runtime() {
   xla_flags_ = disallow_excess_precision();
   auto plugin = pjrt::Plugin::load(plugin_path_);
   std::vector<pjrt::NamedOption> options;
+  if (device_name_ == "CPU") {
+    // TORCH_TPU_NUM_DEVICES: how many devices the CPU plugin makes (its default is 4).
+    if (const int64_t n = positive_env("TORCH_TPU_NUM_DEVICES", 0, "devices"); n > 0) {
+      pjrt::NamedOption o{};
+      o.name = "cpu_device_count";
+      o.kind = pjrt::NamedOption::kInt64;
+      o.int_value = n;
+      options.push_back(o);
+    }
+  }
   if (device_name_ == "CUDA" || device_name_ == "GPU") {
     // Allocate as needed instead of reserving most of the GPU up front.
     pjrt::NamedOption o{};

@@ -75,3 +75,30 @@ def test_memory_accounting():
     del t
     assert torch.tpu.memory_allocated() == before
     assert torch.tpu.max_memory_allocated() >= before + 4096
+
+
+def test_every_device_runs_programs():
+    """Programs are portable: each runs on the device its tensors live on."""
+    n = torch.tpu.device_count()
+    assert n >= 2, "the CPU plugin makes 4 devices by default"
+    for i in range(n):
+        x = torch.arange(4.0, device=f"tpu:{i}")
+        y = (x * 2).sum()
+        assert y.device == torch.device("tpu", i) and y.item() == 12.0
+    last = torch.ones(3, device=f"tpu:{n - 1}")
+    assert torch.equal(last.to("tpu:0").cpu(), torch.ones(3))
+    try:
+        last + torch.ones(3, device="tpu:0")
+    except RuntimeError as e:
+        assert "same device" in str(e)
+    else:
+        raise AssertionError("mixing devices must raise")
+
+
+def test_device_count_option(run_python):
+    r = run_python(
+        "import torch; print(torch.tpu.device_count(), torch.ones(1, device='tpu:7').add(1).item())",
+        TORCH_TPU_NUM_DEVICES="8",
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "8 2.0"
