@@ -43,9 +43,10 @@ test-python: build
 	$(PY) -m pytest tests/python -q
 
 # The Python suite again in Fused mode: every op recorded and run in fused windows.
-# (test_hf.py runs every mode itself.)
+# (test_hf.py and the semantics tests run every mode themselves.)
 test-fused: build
-	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py
+	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
+	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py
 
 test: test-cpp test-debug test-python test-fused
 
