@@ -75,7 +75,7 @@ std::string encode_index(const Program& program) {
   for (size_t k = 0; k < program.output_strides.size(); ++k) {
     if (program.output_strides[k].empty()) continue;
     out += "s " + std::to_string(k);
-    for (int64_t s : program.output_strides[k]) out += " " + std::to_string(s);
+    for (int64_t s : program.output_strides[k]) out.append(" ").append(std::to_string(s));
     out += "\n";
   }
   for (const auto& c : program.checks) out += "c " + c + "\n";
@@ -342,6 +342,65 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   return programs_.emplace(key, std::move(program)).first->second;
 }
 
+ProgramPtr Runtime::multi_device_program(const std::string& key, const std::vector<int>& devices,
+                                         const std::function<ProgramSpec()>& build) {
+  std::string full_key = key + "|on";
+  for (int d : devices) full_key.append(" ").append(std::to_string(d));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = programs_.find(full_key); it != programs_.end()) {
+      cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+  }
+  for (int d : devices) device(d);  // range checks
+  ProgramSpec spec = build();
+  auto program = std::make_shared<Program>();
+  program->outputs = std::move(spec.outputs);
+  program->checks = std::move(spec.checks);
+  program->output_bytes = output_bytes(program->outputs);
+  program->mlir = std::move(spec.mlir);
+  program->devices = devices;
+  program->key = full_key;
+  program->id = next_program_id_.fetch_add(1);
+  executable(*program);
+  std::lock_guard<std::mutex> lock(mutex_);
+  return programs_.emplace(full_key, std::move(program)).first->second;
+}
+
+std::vector<std::vector<pjrt::BufferPtr>> Runtime::execute_on_devices(
+    const Program& program, const std::vector<std::vector<pjrt::BufferPtr>>& args, const char* what) {
+  if (args.size() != program.devices.size())
+    throw std::invalid_argument(std::string("torch_tpu: ") + what + " runs on " +
+                                std::to_string(program.devices.size()) + " devices but was given arguments for " +
+                                std::to_string(args.size()));
+  std::vector<std::vector<PJRT_Buffer*>> raw(args.size());
+  for (size_t p = 0; p < args.size(); ++p)
+    for (const auto& a : args[p]) {
+      if (a->is_placeholder()) resolve(*a, "collective");
+      raw[p].push_back(a->raw());
+    }
+  const auto exe = executable(program);
+  for (int d : program.devices) check_fits(d, program.output_bytes);
+  executions_.fetch_add(1, std::memory_order_relaxed);
+  auto outputs = exe->execute_on_devices(raw);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t p = 0; p < outputs.size(); ++p)
+      for (const auto& o : outputs[p]) pending_[program.devices[p]].push_back({o, what});
+  }
+  if (mode() == EagerMode::Debug)
+    for (const auto& per_device : outputs)
+      for (const auto& o : per_device) {
+        try {
+          o->await_ready();
+        } catch (const pjrt::Error& e) {
+          throw std::runtime_error(std::string("torch_tpu: ") + what + " failed on the device: " + e.what());
+        }
+      }
+  return outputs;
+}
+
 void Runtime::set_compile_fault(std::string marker) {
   std::lock_guard<std::mutex> lock(mutex_);
   compile_fault_ = std::move(marker);
@@ -359,6 +418,7 @@ std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bo
       throw std::runtime_error("torch_tpu: compile failure injected for testing: the program contains \"" +
                                compile_fault_ + "\"");
   }
+  if (!program.devices.empty()) return compile_on_devices(program);
   DiskCache& disk = *disk_;
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
   const auto load_start = std::chrono::steady_clock::now();
@@ -397,6 +457,32 @@ std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bo
                      e.what());
     }
     if (!bytes.empty() && disk.store(program.disk_key, bytes)) count("disk_cache_writes");
+  }
+  mark_loaded(program, true);
+  return program.executable;
+}
+
+// Called with program.compile_mutex held: a multi-device program, compiled
+// for its device assignment (checked: a permuted assignment would hand rank p
+// rank q's result).
+std::shared_ptr<pjrt::Executable> Runtime::compile_on_devices(const Program& program) {
+  std::vector<int> ids;
+  for (int d : program.devices) ids.push_back(client_->device_id(static_cast<size_t>(d)));
+  const auto compile_start = std::chrono::steady_clock::now();
+  try {
+    program.executable = client_->compile(program.mlir, pjrt::multi_device_compile_options(ids));
+  } catch (const pjrt::Error& e) {
+    throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + program.mlir);
+  }
+  count("compiles");
+  count("compile_us", microseconds_since(compile_start));
+  std::vector<PJRT_Device*> expected;
+  for (int d : program.devices) expected.push_back(device(d));
+  if (program.executable->addressable_devices() != expected) {
+    program.executable.reset();
+    throw std::logic_error(
+        "torch_tpu: the plugin placed a multi-device program's partitions in another order "
+        "than its device assignment");
   }
   mark_loaded(program, true);
   return program.executable;
