@@ -1,0 +1,94 @@
+"""torch.distributed on "tpu": the "tpu" c10d backend and ranks as threads.
+
+`import torch_tpu` registers backend "tpu" for device "tpu", so
+`init_process_group("cpu:gloo,tpu:tpu")` (or `backend="tpu"`) gives a group
+whose collectives on tpu tensors run in ProcessGroupTPU (C++,
+csrc/distributed/): each one an XLA collective program over the ranks'
+devices. The ranks are threads of one process, one device each
+(`run_threads`); ranks in separate processes are not supported yet.
+"""
+
+import os
+import socket
+import threading
+import uuid
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from torch_tpu import _C
+
+__all__ = ["run_threads"]
+
+
+def _create_backend(options, _backend_options=None):
+    """The creator torch.distributed calls for each group using backend "tpu"."""
+    _C._bind_process_group()
+    store, rank, size = options.store, options.group_rank, options.group_size
+    here = f"{socket.gethostname()}:{os.getpid()}"
+    store.set(f"torch_tpu/process/{rank}", here)
+    if rank == 0:
+        store.set("torch_tpu/group_key", uuid.uuid4().hex)
+    key = store.get("torch_tpu/group_key").decode()
+    places = {store.get(f"torch_tpu/process/{r}").decode() for r in range(size)}
+    if places != {here}:
+        raise RuntimeError(
+            f"torch_tpu: the {size} ranks of this process group run in {len(places)} processes; the tpu "
+            "backend runs a group's ranks as threads of one process so far (torch_tpu.distributed.run_threads). "
+            'Across processes, use init_process_group("gloo") with CPU tensors.'
+        )
+    return _C.ProcessGroupTPU(rank, size, key, options.timeout.total_seconds())
+
+
+if dist.is_available() and "tpu" not in dist.Backend.backend_list:
+    # devices is a list: a bare string would be iterated letter by letter.
+    dist.Backend.register_backend("tpu", _create_backend, extended_api=True, devices=["tpu"])
+
+
+def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60)):
+    """Runs fn(rank) for each rank in its own thread, bound to tpu:rank, inside a
+    process group of world_size ranks (default: every tpu device). Returns the
+    ranks' results in rank order; the first rank to raise has its exception
+    re-raised here, after the others were released from any collective.
+    """
+    # torch's thread-per-rank world (its multi-threaded test process group uses it).
+    from torch.testing._internal.distributed import multi_threaded_pg
+
+    world_size = torch.tpu.device_count() if world_size is None else world_size
+    if world_size > torch.tpu.device_count():
+        raise ValueError(
+            f"torch_tpu: run_threads: {world_size} ranks need {world_size} tpu devices, there are "
+            f"{torch.tpu.device_count()} (TORCH_TPU_NUM_DEVICES sets how many the CPU plugin makes)"
+        )
+    store = dist.HashStore()
+    results, errors = [None] * world_size, []  # errors in the order raised: the first is the cause
+    isolation = torch._C._distributed_c10d._set_thread_isolation_mode
+    multi_threaded_pg._install_threaded_pg()
+    isolation(True)
+
+    def rank_main(rank):
+        torch.tpu.set_device(rank)
+        try:
+            dist.init_process_group(backend, rank=rank, world_size=world_size, store=store, timeout=timeout)
+            results[rank] = fn(rank)
+        except BaseException as e:  # noqa: BLE001: re-raised in the caller
+            errors.append(e)
+            if dist.is_initialized():  # wake the ranks waiting for this one
+                dist.distributed_c10d._get_default_group()._get_backend(torch.device("tpu")).abort()
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    threads = [threading.Thread(target=rank_main, args=(r,), name=f"tpu-rank-{r}") for r in range(world_size)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        isolation(False)
+        multi_threaded_pg._uninstall_threaded_pg()
+    if errors:
+        raise errors[0]
+    return results
