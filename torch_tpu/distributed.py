@@ -62,6 +62,15 @@ def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60
             f"{torch.tpu.device_count()} (TORCH_TPU_NUM_DEVICES sets how many the CPU plugin makes)"
         )
     store = dist.HashStore()
+    # Shared between threads, which have different current devices: DTensor's
+    # fake-tensor propagation must run one thread at a time, and the fake
+    # tensor cache (keyed by device "tpu", unindexed) must not hand one rank
+    # another rank's device.
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    saved = ShardingPropagator._fake_mode_lock, torch._dynamo.config.fake_tensor_cache_enabled
+    ShardingPropagator._fake_mode_lock = threading.Lock()
+    torch._dynamo.config.fake_tensor_cache_enabled = False
     results, errors = [None] * world_size, []  # errors in the order raised: the first is the cause
     isolation = torch._C._distributed_c10d._set_thread_isolation_mode
     multi_threaded_pg._install_threaded_pg()
@@ -72,7 +81,7 @@ def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60
         try:
             dist.init_process_group(backend, rank=rank, world_size=world_size, store=store, timeout=timeout)
             results[rank] = fn(rank)
-        except BaseException as e:  # noqa: BLE001: re-raised in the caller
+        except BaseException as e:  # noqa: BLE001 (re-raised in the caller)
             errors.append(e)
             if dist.is_initialized():  # wake the ranks waiting for this one
                 dist.distributed_c10d._get_default_group()._get_backend(torch.device("tpu")).abort()
@@ -89,6 +98,7 @@ def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60
     finally:
         isolation(False)
         multi_threaded_pg._uninstall_threaded_pg()
+        ShardingPropagator._fake_mode_lock, torch._dynamo.config.fake_tensor_cache_enabled = saved
     if errors:
         raise errors[0]
     return results
