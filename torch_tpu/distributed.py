@@ -4,8 +4,9 @@
 `init_process_group("cpu:gloo,tpu:tpu")` (or `backend="tpu"`) gives a group
 whose collectives on tpu tensors run in ProcessGroupTPU (C++,
 csrc/distributed/): each one an XLA collective program over the ranks'
-devices. The ranks are threads of one process, one device each
-(`run_threads`); ranks in separate processes are not supported yet.
+devices when the ranks are threads of one process, one device each
+(`run_threads`); through host memory and gloo when they are processes on a
+plugin without multi-process collectives (the CPU plugin under torchrun).
 """
 
 import os
@@ -23,7 +24,12 @@ __all__ = ["run_threads"]
 
 
 def _create_backend(options, _backend_options=None):
-    """The creator torch.distributed calls for each group using backend "tpu"."""
+    """The creator torch.distributed calls for each group using backend "tpu".
+
+    Transport: XLA collectives when every rank of the group is a thread of
+    this process, host staging through gloo otherwise (the CPU plugin runs no
+    program across processes); TORCH_TPU_COLLECTIVES=xla|host overrides.
+    """
     _C._bind_process_group()
     store, rank, size = options.store, options.group_rank, options.group_size
     here = f"{socket.gethostname()}:{os.getpid()}"
@@ -32,13 +38,23 @@ def _create_backend(options, _backend_options=None):
         store.set("torch_tpu/group_key", uuid.uuid4().hex)
     key = store.get("torch_tpu/group_key").decode()
     places = {store.get(f"torch_tpu/process/{r}").decode() for r in range(size)}
-    if places != {here}:
+    transport = os.environ.get("TORCH_TPU_COLLECTIVES", "auto")
+    if transport not in ("auto", "xla", "host"):
+        raise ValueError(f"torch_tpu: TORCH_TPU_COLLECTIVES={transport!r}: expected xla, host or auto")
+    if transport == "auto":
+        transport = "xla" if places == {here} else "host"
+    if transport == "xla" and places != {here}:
         raise RuntimeError(
-            f"torch_tpu: the {size} ranks of this process group run in {len(places)} processes; the tpu "
-            "backend runs a group's ranks as threads of one process so far (torch_tpu.distributed.run_threads). "
-            'Across processes, use init_process_group("gloo") with CPU tensors.'
+            f"torch_tpu: TORCH_TPU_COLLECTIVES=xla, but the {size} ranks of this process group run in "
+            f"{len(places)} processes, and the {_C.device_name()} PJRT plugin runs no program across processes. "
+            "Use TORCH_TPU_COLLECTIVES=host (or unset it), or run the ranks as threads "
+            "(torch_tpu.distributed.run_threads)."
         )
-    return _C.ProcessGroupTPU(rank, size, key, options.timeout.total_seconds())
+    timeout = options.timeout
+    host = None
+    if transport == "host":
+        host = dist.ProcessGroupGloo(dist.PrefixStore("torch_tpu/host/", store), rank, size, timeout)
+    return _C.ProcessGroupTPU(rank, size, key, timeout.total_seconds(), host)
 
 
 if dist.is_available() and "tpu" not in dist.Backend.backend_list:

@@ -147,6 +147,21 @@ std::string Call::invalid() const {
   return {};
 }
 
+std::string describe(const Call& call, int device) {
+  std::string d = name(call.kind);
+  if (call.kind == Kind::AllReduce || call.kind == Kind::ReduceScatter) d += std::string(" ") + name(call.reduction);
+  if (call.kind == Kind::Broadcast || call.kind == Kind::Scatter) d += " root " + std::to_string(call.root);
+  return d + " of " + stablehlo::mlir_name(call.dtype) + "[" + std::to_string(call.numel) +
+         "] on tpu:" + std::to_string(device);
+}
+
+std::string mismatch_message(const std::vector<std::string>& calls) {
+  std::string list;
+  for (size_t r = 0; r < calls.size(); ++r) list += "\n  rank " + std::to_string(r) + ": " + calls[r];
+  return "torch_tpu: the ranks of a process group made different collective calls:" + list +
+         "\nEvery rank must call the same collectives in the same order, with the same dtypes and element counts.";
+}
+
 runtime::ProgramSpec build(const Call& call) {
   if (std::string why = call.invalid(); !why.empty()) throw std::invalid_argument(why);
   Builder b;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/runtime.h"
 
@@ -44,6 +45,11 @@ struct Call {
   // before a program is built, so the error names PyTorch's terms.
   std::string invalid() const;
 };
+
+// "all_reduce SUM of f32[1024] on tpu:0": how errors name a rank's call.
+std::string describe(const Call& call, int device);
+// The message of ranks whose calls differ; `calls[r]` describes rank r's.
+std::string mismatch_message(const std::vector<std::string>& calls);
 
 // The program of `call`: one parameter and one result, both flat.
 runtime::ProgramSpec build(const Call& call);

@@ -89,15 +89,7 @@ void Rendezvous::wait_or_run(std::unique_lock<std::mutex>& lock, uint64_t seq, i
 }
 
 std::string Rendezvous::describe(const Arrival& a) {
-  if (!a.input) return "barrier";
-  return std::string(name(a.call.kind)) +
-         (a.call.kind == Kind::AllReduce || a.call.kind == Kind::ReduceScatter
-              ? std::string(" ") + name(a.call.reduction)
-              : "") +
-         (a.call.kind == Kind::Broadcast || a.call.kind == Kind::Scatter ? " root " + std::to_string(a.call.root)
-                                                                         : "") +
-         " of " + stablehlo::mlir_name(a.call.dtype) + "[" + std::to_string(a.call.numel) +
-         "] on tpu:" + std::to_string(a.device);
+  return a.input ? collectives::describe(a.call, a.device) : "barrier";
 }
 
 std::string Rendezvous::mismatch(const Slot& slot) const {
@@ -110,13 +102,13 @@ std::string Rendezvous::mismatch(const Slot& slot) const {
     if (a.input) devices.insert(a.device);
   const bool distinct = !first.input || devices.size() == slot.ranks.size();
   if (same && distinct) return {};
+  std::vector<std::string> calls;
   std::string list;
-  for (size_t r = 0; r < slot.ranks.size(); ++r)
-    list += "\n  rank " + std::to_string(r) + ": " + describe(slot.ranks[r]);
-  if (!same)
-    return "torch_tpu: the ranks of a process group made different collective calls:" + list +
-           "\nEvery rank must call the same collectives in the same order, with the same dtypes and element "
-           "counts.";
+  for (size_t r = 0; r < slot.ranks.size(); ++r) {
+    calls.push_back(describe(slot.ranks[r]));
+    list += "\n  rank " + std::to_string(r) + ": " + calls.back();
+  }
+  if (!same) return mismatch_message(calls);
   return "torch_tpu: two ranks of a process group use the same device:" + list +
          "\nEach rank needs its own device: call torch.tpu.set_device(rank) in each rank.";
 }

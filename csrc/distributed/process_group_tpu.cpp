@@ -1,11 +1,7 @@
 #include "distributed/process_group_tpu.h"
 
-#include <Python.h>
-#include <pybind11/pybind11.h>
-
-#include <optional>
-
 #include "aten/tensor_access.h"
+#include "distributed/completed_work.h"
 
 namespace torch_tpu::distributed {
 namespace {
@@ -14,40 +10,6 @@ using collectives::Call;
 using collectives::Kind;
 using collectives::Reduction;
 using runtime::Runtime;
-
-// A collective that finished before it was returned: its outputs are written.
-class CompletedWork final : public c10d::Work {
- public:
-  CompletedWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : Work(rank, type), outputs_(std::move(outputs)) {
-    // No devices: a CPU-typed future, which records no events on tpu streams.
-    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
-    future_->markCompleted(c10::IValue(outputs_));
-    finish();
-  }
-  bool isCompleted() override { return true; }
-  bool isSuccess() const override { return true; }
-  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-c10::intrusive_ptr<c10d::Work> done(int rank, c10d::OpType type, std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<CompletedWork>(rank, type, std::move(outputs));
-}
-
-// The other ranks' threads need the GIL while this one waits for them (a
-// functional collective is called from Python holding it).
-struct WithoutGil {
-  std::optional<pybind11::gil_scoped_release> release;
-  WithoutGil() {
-    if (Py_IsInitialized() && PyGILState_Check()) release.emplace();
-  }
-};
 
 void check_tpu(const at::Tensor& t, const char* op, const char* role) {
   TORCH_CHECK(t.defined(), "torch_tpu: ", op, ": the ", role, " tensor is undefined");
@@ -104,8 +66,12 @@ at::Tensor concat(const std::vector<at::Tensor>& tensors) {
 
 }  // namespace
 
-ProcessGroupTPU::ProcessGroupTPU(int rank, int size, const std::string& group_key, std::chrono::milliseconds timeout)
-    : Backend(rank, size), rendezvous_(collectives::Rendezvous::of(group_key, size)), timeout_(timeout) {}
+ProcessGroupTPU::ProcessGroupTPU(int rank, int size, const std::string& group_key, std::chrono::milliseconds timeout,
+                                 c10::intrusive_ptr<c10d::Backend> host)
+    : Backend(rank, size),
+      rendezvous_(collectives::Rendezvous::of(group_key, size)),
+      timeout_(timeout),
+      host_(std::move(host)) {}
 
 void ProcessGroupTPU::abort() { rendezvous_->abort("torch_tpu: rank " + std::to_string(rank_) + " aborted the group"); }
 
@@ -120,6 +86,7 @@ Call ProcessGroupTPU::call_of(Kind kind, const at::Tensor& t) const {
 
 pjrt::BufferPtr ProcessGroupTPU::run(Call call, const at::Tensor& input, const char* op) {
   if (std::string why = call.invalid(); !why.empty()) TORCH_CHECK(false, "torch_tpu: ", op, ": ", why);
+  if (host_) return staged(call, input);
   auto value = aten::read_dense(input);
   Runtime::get().resolve(*value, "collective");
   const int device = aten::device_index(input);
@@ -350,6 +317,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::send(std::vector<at::Tensor>& te
   const at::Tensor& t = one(tensors, "send");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "torch_tpu: send: destination rank ", dst,
               " is not another rank of this group of ", size_);
+  if (host_) {
+    std::vector<at::Tensor> cpu{t.cpu()};
+    WithoutGil unlocked;
+    host_->send(cpu, dst, tag)->wait();
+    return done(rank_, c10d::OpType::SEND, tensors);
+  }
   auto value = aten::read_dense(t);
   Runtime::get().resolve(*value, "collective");
   rendezvous_->send(rank_, dst, tag, {value, aten::to_dtype(t.scalar_type()), t.numel()});
@@ -360,6 +333,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& te
   const at::Tensor& t = one(tensors, "recv");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "torch_tpu: recv: source rank ", src,
               " is not another rank of this group of ", size_);
+  if (host_) {
+    std::vector<at::Tensor> cpu{at::empty(t.sizes(), t.options().device(at::kCPU))};
+    {
+      WithoutGil unlocked;
+      host_->recv(cpu, src, tag)->wait();
+    }
+    t.copy_(cpu[0]);
+    return done(rank_, c10d::OpType::RECV, tensors);
+  }
   collectives::Rendezvous::Message message;
   {
     WithoutGil unlocked;
@@ -378,6 +360,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::barrier(const c10d::BarrierOptions& /*opts*/) {
+  if (host_) {
+    agree(nullptr, -1);  // everyone came, and all to a barrier
+    return done(rank_, c10d::OpType::BARRIER, {});
+  }
   {
     WithoutGil unlocked;
     try {

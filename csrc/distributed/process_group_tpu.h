@@ -1,8 +1,11 @@
-// ProcessGroupTPU: the c10d backend of device "tpu". Every collective is an
-// XLA collective program over the group's devices (csrc/collectives/): the
-// ranks are threads of this process, one device each, and meet at a
-// collectives::Rendezvous. Results are written into the callers' tensors
-// before the call returns, so each Work is complete when handed out.
+// ProcessGroupTPU: the c10d backend of device "tpu", with two transports.
+// XLA: every collective is an XLA collective program over the group's devices
+// (csrc/collectives/); the ranks are threads of this process, one device
+// each, meeting at a collectives::Rendezvous. Host staging (where the ranks
+// are processes and the plugin has no multi-process collectives, as the CPU
+// plugin): the tensors go through host memory and a gloo group.
+// Results are written into the callers' tensors before the call returns, so
+// each Work is complete when handed out.
 #pragma once
 
 #include <chrono>
@@ -18,8 +21,11 @@ namespace torch_tpu::distributed {
 // Hidden, like pybind11's own types: only this extension names it.
 class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d::Backend {
  public:
-  // `group_key` names the group in this process (every rank passes the same).
-  ProcessGroupTPU(int rank, int size, const std::string& group_key, std::chrono::milliseconds timeout);
+  // `group_key` names the group in this process (every rank passes the same);
+  // `host`, if given, is the gloo group of host staging.
+  ProcessGroupTPU(int rank, int size, const std::string& group_key, std::chrono::milliseconds timeout,
+                  c10::intrusive_ptr<c10d::Backend> host = {});
+  bool host_staged() const { return static_cast<bool>(host_); }
 
   const std::string getBackendName() const override { return "tpu"; }
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
@@ -71,6 +77,13 @@ class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d:
   // Runs `call` on this rank's flat `input`; returns this rank's flat result.
   pjrt::BufferPtr run(collectives::Call call, const at::Tensor& input, const char* op);
   collectives::Call call_of(collectives::Kind kind, const at::Tensor& t) const;
+  // run() through host memory and the gloo group (host_staging.cpp).
+  pjrt::BufferPtr staged(const collectives::Call& call, const at::Tensor& input);
+  // Host staging: every rank checks that all made the same call (`call` null:
+  // a barrier) before gloo sees mismatched tensors (it would hang or crash).
+  void agree(const collectives::Call* call, int device);
+
+  c10::intrusive_ptr<c10d::Backend> host_;
 
   std::shared_ptr<collectives::Rendezvous> rendezvous_;
   std::chrono::milliseconds timeout_;
