@@ -157,6 +157,14 @@ void Buffer::await_ready() const {
   Event(plugin_, a.event).await();
 }
 
+bool Buffer::ready() const {
+  if (is_placeholder()) return false;
+  auto a = args<PJRT_Buffer_ReadyEvent_Args>();
+  a.buffer = raw();
+  plugin_->check(plugin_->api()->PJRT_Buffer_ReadyEvent(&a), "PJRT_Buffer_ReadyEvent");
+  return Event(plugin_, a.event).ready();
+}
+
 std::shared_ptr<Buffer> Buffer::copy_to_device(PJRT_Device* device) const {
   auto a = args<PJRT_Buffer_CopyToDevice_Args>();
   a.buffer = raw();

@@ -86,6 +86,8 @@ class Buffer {
   void to_host(void* dst, size_t nbytes) const;
   // Waits until the computation producing this buffer finished; raises its error.
   void await_ready() const;
+  // Whether that computation finished (a placeholder: false).
+  bool ready() const;
   // A copy on another device of the same client (not waiting for it).
   std::shared_ptr<Buffer> copy_to_device(PJRT_Device* device) const;
 

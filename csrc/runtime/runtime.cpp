@@ -602,6 +602,15 @@ void Runtime::verify_checks() {
   }
 }
 
+std::vector<pjrt::BufferPtr> Runtime::launched(int device) {
+  window_->flush("event");
+  std::vector<pjrt::BufferPtr> alive;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& p : pending_.at(device))
+    if (auto b = p.buffer.lock()) alive.push_back(std::move(b));
+  return alive;
+}
+
 void Runtime::synchronize(int device) {
   window_->flush("synchronize");
   verify_checks();

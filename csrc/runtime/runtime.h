@@ -189,6 +189,11 @@ class Runtime {
   // returns where an op was called from (the Python stack), kept per recorded op.
   static void set_stack_provider(std::function<std::string()> provider);
 
+  // The outputs of everything launched on `device` since its last
+  // synchronize that are still alive (the fused window flushed first): what
+  // an event recorded now waits for.
+  std::vector<pjrt::BufferPtr> launched(int device);
+
   // Waits for everything launched on `device` so far; raises the first device
   // error, or DeviceCheckFailed for a failed deferred check.
   void synchronize(int device);
