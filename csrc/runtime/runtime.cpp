@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <sstream>
 
@@ -419,6 +420,42 @@ std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bo
                                compile_fault_ + "\"");
   }
   if (!program.devices.empty()) return compile_on_devices(program);
+  // Threads that need the same program at once (ranks running one model)
+  // compile it once: the others wait for that executable and share it.
+  std::shared_future<std::shared_ptr<pjrt::Executable>> other;
+  std::promise<std::shared_ptr<pjrt::Executable>> mine;
+  {
+    std::lock_guard<std::mutex> compiling_lock(compiling_mutex_);
+    if (auto it = compiling_.find(program.disk_key); it != compiling_.end())
+      other = it->second;
+    else
+      compiling_.emplace(program.disk_key, mine.get_future().share());
+  }
+  if (other.valid()) {
+    program.executable = other.get();  // rethrows that compile's error
+    count("compiles_shared");
+    mark_loaded(program, true);
+    return program.executable;
+  }
+  auto finished = [&] {
+    std::lock_guard<std::mutex> compiling_lock(compiling_mutex_);
+    compiling_.erase(program.disk_key);
+  };
+  try {
+    auto exe = load_or_compile(program, from_disk);
+    finished();
+    mine.set_value(exe);
+    return exe;
+  } catch (...) {
+    finished();
+    mine.set_exception(std::current_exception());
+    throw;
+  }
+}
+
+// Called with program.compile_mutex held: the executable from the disk
+// cache, or compiled now (and stored there).
+std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& program, bool* from_disk) {
   DiskCache& disk = *disk_;
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
   const auto load_start = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <list>
 #include <map>
 #include <memory>
@@ -266,6 +267,10 @@ class Runtime {
   int64_t unloaded_executables_ = 0;
   void mark_loaded(const Program& program, bool fresh);
   std::shared_ptr<pjrt::Executable> compile_on_devices(const Program& program);
+  std::shared_ptr<pjrt::Executable> load_or_compile(const Program& program, bool* from_disk);
+  // Compiles in progress, by disk key: a second thread waits for the first.
+  std::mutex compiling_mutex_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<pjrt::Executable>>> compiling_;
   std::map<std::string, int64_t> counters_;
   std::atomic<int64_t> executions_{0}, cache_hits_{0};  // the per-op counters, kept lock-free
   std::atomic<EagerMode> mode_{EagerMode::Strict};

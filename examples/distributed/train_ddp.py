@@ -28,13 +28,13 @@ def make_optimizer(model, name, lr):
     return torch.optim.SGD(model.parameters(), lr=lr) if name == "sgd" else demo.make_optimizer(model, lr)
 
 
-def train(model, data, steps, batch_size, optimizer, lr, seed, rank, world, progress):
+def train(model, data, steps, batch_size, optimizer, lr, seed, rank, world, progress, name="ddp"):
     from tqdm import tqdm
 
     opt = make_optimizer(model, optimizer, lr)
     share = batch_size // world
     losses = []
-    bar = tqdm(total=steps, desc=f"ddp x{world}", unit="step", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=steps, desc=f"{name} x{world}", unit="step", disable=not progress, dynamic_ncols=True)
     for x, y in demo.batches(data, steps, batch_size, demo.GPTConfig.context, seed):
         x, y = x[rank * share : (rank + 1) * share].to("tpu"), y[rank * share : (rank + 1) * share].to("tpu")
         _, loss = model(x, y)
@@ -51,7 +51,8 @@ def train(model, data, steps, batch_size, optimizer, lr, seed, rank, world, prog
     return losses
 
 
-def main():
+def main(wrap=DistributedDataParallel, gather=lambda model: list(model.parameters()), name="ddp"):
+    """`wrap` makes the data-parallel model; `gather` returns its whole parameters."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=8, help="global: split evenly over the ranks")
@@ -71,23 +72,25 @@ def main():
 
     tok = demo.CharTokenizer(demo.load_corpus())
     data = tok.encode(demo.load_corpus())
-    model = demo.make_model(tok.vocab_size, args.seed, dropout=0.0).to("tpu")
-    ddp = DistributedDataParallel(model)
+    model = wrap(demo.make_model(tok.vocab_size, args.seed, dropout=0.0).to("tpu"))
     losses = train(
-        ddp, data, args.steps, args.batch_size, args.optimizer, lr, args.seed, rank, world, progress=rank == 0
+        model, data, args.steps, args.batch_size, args.optimizer, lr, args.seed, rank, world, rank == 0, name
     )
+    parameters = [p.detach().cpu() for p in gather(model)]  # every rank takes part in the gathers
 
     result = {"losses": losses, "world_size": world}
     if args.compare and rank == 0:
         single = demo.make_model(tok.vocab_size, args.seed, dropout=0.0).to("tpu")
-        reference = train(single, data, args.steps, args.batch_size, args.optimizer, lr, args.seed, 0, 1, progress=True)
+        reference = train(single, data, args.steps, args.batch_size, args.optimizer, lr, args.seed, 0, 1, True, "one")
         loss_diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference, strict=True))
         param_diff = max(
-            ((a.detach().cpu() - b.detach().cpu()).abs().max() / b.detach().cpu().abs().max().clamp_min(1e-12)).item()
-            for a, b in zip(model.parameters(), single.parameters(), strict=True)
+            ((a - b.detach().cpu()).abs().max() / b.detach().cpu().abs().max().clamp_min(1e-12)).item()
+            for a, b in zip(parameters, single.parameters(), strict=True)
         )
         result.update(reference_losses=reference, max_rel_loss_diff=loss_diff, max_rel_param_diff=param_diff)
-        print(f"DDP x{world} vs one process: max relative loss difference {loss_diff:.2e}, parameters {param_diff:.2e}")
+        print(
+            f"{name} x{world} vs one process: max relative loss difference {loss_diff:.2e}, parameters {param_diff:.2e}"
+        )
     if rank == 0:
         print(f"final loss {losses[-1]:.4f} after {args.steps} steps on {world} ranks")
         if args.out:

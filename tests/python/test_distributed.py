@@ -177,6 +177,47 @@ def test_dtensor_on_1d_and_2d_meshes():
         assert torch.equal(moved, a)
 
 
+def test_fsdp2_matches_one_process_on_the_full_batch():
+    import copy
+
+    from torch.distributed.fsdp import fully_shard
+
+    from torch_tpu import demo
+
+    tok = demo.CharTokenizer(demo.load_corpus())
+    data = tok.encode(demo.load_corpus())
+    base = demo.make_model(tok.vocab_size, 0, dropout=0.0, d_model=32, n_layers=2)  # made once: CPU RNG is shared
+
+    def train(model, rank, world):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        share, losses = 8 // world, []
+        for x, y in demo.batches(data, 3, 8, 32, 0):
+            _, loss = model(
+                x[rank * share : (rank + 1) * share].to("tpu"), y[rank * share : (rank + 1) * share].to("tpu")
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    def body(rank):
+        model = copy.deepcopy(base).to("tpu")
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        losses = train(model, rank, WORLD)
+        return losses, [p.full_tensor().cpu() for p in model.parameters()]
+
+    ranks = run_threads(body)
+    single = copy.deepcopy(base).to("tpu")
+    reference = train(single, 0, 1)
+    mean = [sum(r[0][i] for r in ranks) / WORLD for i in range(3)]
+    torch.testing.assert_close(mean, reference, rtol=1e-5, atol=0)
+    for got, want in zip(ranks[0][1], single.parameters(), strict=True):
+        torch.testing.assert_close(got, want.detach().cpu(), rtol=1e-5, atol=1e-6)
+
+
 def test_mismatched_calls_raise_naming_every_rank():
     def body(rank):
         t = torch.ones(4 if rank != 2 else 5, device="tpu")

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -24,9 +26,10 @@ def torchrun(script: Path, *args: str, timeout: int = 240) -> subprocess.Complet
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
-def test_ddp_matches_one_process_on_the_full_batch(tmp_path):
-    out = tmp_path / "ddp.json"
-    script = REPO / "examples/distributed/train_ddp.py"
+@pytest.mark.parametrize("example", ["train_ddp.py", "train_fsdp2.py"])
+def test_data_parallel_training_matches_one_process_on_the_full_batch(tmp_path, example):
+    out = tmp_path / "result.json"
+    script = REPO / "examples/distributed" / example
     r = torchrun(script, "--steps", "4", "--optimizer", "sgd", "--compare", "--out", str(out))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(out.read_text())
