@@ -85,6 +85,9 @@ def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60
     from torch.distributed.tensor._sharding_prop import ShardingPropagator
 
     saved = ShardingPropagator._fake_mode_lock, torch._dynamo.config.fake_tensor_cache_enabled
+    # Dynamo registers the "tpu" compile backend on its first lookup, which
+    # is not thread safe (two ranks: "duplicate name: tpu"): look it up here.
+    torch._dynamo.lookup_backend("tpu")
     ShardingPropagator._fake_mode_lock = threading.Lock()
     torch._dynamo.config.fake_tensor_cache_enabled = False
     results, errors = [None] * world_size, []  # errors in the order raised: the first is the cause
