@@ -127,6 +127,8 @@ void Rendezvous::run(Slot& slot) {
     auto& runtime = runtime::Runtime::get();
     auto program = runtime.multi_device_program(call.key(), devices, [&] { return build(call); });
     runtime.count(std::string("collective::") + name(call.kind));
+    runtime.count(std::string("collective_bytes::") + name(call.kind),
+                  call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)) * size_);
     auto outputs = runtime.execute_on_devices(*program, args, name(call.kind));
     for (size_t r = 0; r < outputs.size(); ++r) slot.outputs[r] = outputs[r].at(0);
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 // reductions of bool; reduce_scatter and scatter reduce or broadcast
 // everything and keep this rank's block.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "aten/tensor_access.h"
@@ -91,8 +92,11 @@ void ProcessGroupTPU::agree(const collectives::Call* call, int device) {
 
 pjrt::BufferPtr ProcessGroupTPU::staged(const collectives::Call& call, const at::Tensor& input) {
   auto& runtime = runtime::Runtime::get();
+  const int64_t bytes = static_cast<int64_t>(input.numel() * input.element_size());
   runtime.count(std::string("collective::") + collectives::name(call.kind));
-  runtime.count("host_staging_bytes", static_cast<int64_t>(input.numel() * input.element_size()));
+  runtime.count(std::string("collective_bytes::") + collectives::name(call.kind), bytes);
+  runtime.count("host_staging_bytes", bytes);
+  const auto start = std::chrono::steady_clock::now();
   const char* op = collectives::name(call.kind);
   agree(&call, aten::device_index(input));
   const bool is_bool = input.scalar_type() == at::kBool;
@@ -136,7 +140,11 @@ pjrt::BufferPtr ProcessGroupTPU::staged(const collectives::Call& call, const at:
     }
   }
   if (is_bool) out = out.to(at::kBool);
-  return aten::upload(out.contiguous(), aten::device_index(input));
+  auto result = aten::upload(out.contiguous(), aten::device_index(input));
+  runtime.count("host_staging_us", std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now() - start)
+                                        .count());
+  return result;
 }
 
 }  // namespace torch_tpu::distributed

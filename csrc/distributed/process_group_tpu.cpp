@@ -1,5 +1,7 @@
 #include "distributed/process_group_tpu.h"
 
+#include <algorithm>
+
 #include "aten/tensor_access.h"
 #include "distributed/completed_work.h"
 
@@ -269,27 +271,78 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::reduce_scatter_tensor_coalesced(
   return done(rank_, c10d::OpType::COALESCED, outputs);
 }
 
+at::Tensor ProcessGroupTPU::uneven_all_to_all(const at::Tensor& send, const std::vector<int64_t>& send_counts,
+                                              const std::vector<int64_t>& recv_counts, const char* op) {
+  // One collective program must fit every rank: each chunk is padded to the
+  // group's largest chunk (agreed by a MAX all_reduce), exchanged as an equal
+  // all_to_all, and the padding dropped again.
+  const int device = aten::device_index(send);
+  int64_t largest = 0;
+  for (int r = 0; r < size_; ++r) largest = std::max({largest, send_counts[r], recv_counts[r]});
+  at::Tensor local = at::full({1}, largest, send.options().dtype(at::kLong));
+  Call agree = call_of(Kind::AllReduce, local);
+  agree.reduction = Reduction::Max;
+  const int64_t chunk = flat(run(agree, local, op), 1, at::kLong, device).item<int64_t>();
+  at::Tensor padded = at::zeros({size_, chunk}, send.options());
+  int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    padded[r].narrow(0, 0, send_counts[r]).copy_(send.narrow(0, offset, send_counts[r]));
+    offset += send_counts[r];
+  }
+  at::Tensor received =
+      flat(run(call_of(Kind::AllToAll, padded), padded, op), padded.numel(), send.scalar_type(), device)
+          .view({size_, chunk});
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < size_; ++r) parts.push_back(received[r].narrow(0, 0, recv_counts[r]));
+  return at::cat(parts);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                               std::vector<int64_t>& output_split_sizes,
                                                               std::vector<int64_t>& input_split_sizes,
                                                               const c10d::AllToAllOptions& /*opts*/) {
   check_tpu(input, "all_to_all_single", "input");
   check_tpu(output, "all_to_all_single", "output");
-  auto equal = [&](const std::vector<int64_t>& splits, const at::Tensor& t) {
-    if (splits.empty()) return true;
-    for (int64_t s : splits)
-      if (s * size_ != t.size(0)) return false;
-    return static_cast<int>(splits.size()) == size_;
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "torch_tpu: all_to_all_single: the output is ",
+              output.scalar_type(), " but the input is ", input.scalar_type(), "; they must have one dtype");
+  TORCH_CHECK(input.dim() > 0 && output.dim() > 0, "torch_tpu: all_to_all_single: input and output need a first "
+              "dimension to split (shapes ", input.sizes(), " and ", output.sizes(), ")");
+  // Rows per peer; no split sizes: dim 0 in group-size equal parts.
+  auto rows = [&](std::vector<int64_t> splits, const at::Tensor& t, const char* role) {
+    if (splits.empty()) {
+      TORCH_CHECK(t.size(0) % size_ == 0, "torch_tpu: all_to_all_single: the ", role, "'s first dimension (shape ",
+                  t.sizes(), ") must split into ", size_, " equal chunks (the group size), or pass ", role,
+                  "_split_sizes");
+      splits.assign(size_, t.size(0) / size_);
+    }
+    int64_t total = 0;
+    for (int64_t s : splits) {
+      TORCH_CHECK(s >= 0, "torch_tpu: all_to_all_single: ", role, "_split_sizes ", splits, " has a negative size");
+      total += s;
+    }
+    TORCH_CHECK(static_cast<int>(splits.size()) == size_ && total == t.size(0), "torch_tpu: all_to_all_single: ",
+                role, "_split_sizes ", splits, " must have ", size_, " entries (the group size) that sum to the ",
+                role, "'s first dimension ", t.size(0), " (shape ", t.sizes(), ")");
+    return splits;
   };
-  TORCH_CHECK(equal(output_split_sizes, output) && equal(input_split_sizes, input),
-              "torch_tpu: all_to_all_single with uneven split sizes is not supported yet; pad the chunks to one "
-              "size (every rank sends and receives dim 0 / group size rows per rank)");
-  check_same(output, input, "all_to_all_single", 1);
-  TORCH_CHECK(input.dim() > 0 && input.size(0) % size_ == 0,
-              "torch_tpu: all_to_all_single: the input's first "
-              "dimension (shape ",
-              input.sizes(), ") must split into ", size_, " equal chunks (the group size)");
-  aten::write_dense(output, run(call_of(Kind::AllToAll, input), input, "all_to_all_single"));
+  const auto sent = rows(input_split_sizes, input, "input");
+  const auto got = rows(output_split_sizes, output, "output");
+  auto row_of = [](const at::Tensor& t) { return t.size(0) ? t.numel() / t.size(0) : int64_t{-1}; };
+  const int64_t in_row = row_of(input), out_row = row_of(output);
+  TORCH_CHECK(in_row < 0 || out_row < 0 || in_row == out_row, "torch_tpu: all_to_all_single: input rows (shape ",
+              input.sizes(), ") and output rows (shape ", output.sizes(), ") must have one size");
+  const int64_t row = std::max<int64_t>(std::max(in_row, out_row), 0);
+  if (sent == got && std::all_of(sent.begin(), sent.end(), [&](int64_t s) { return s == sent[0]; })) {
+    aten::write_dense(output, run(call_of(Kind::AllToAll, input), input, "all_to_all_single"));
+    return done(rank_, c10d::OpType::ALLTOALL_BASE, {output});
+  }
+  std::vector<int64_t> send_counts, recv_counts;
+  for (int r = 0; r < size_; ++r) {
+    send_counts.push_back(sent[r] * row);
+    recv_counts.push_back(got[r] * row);
+  }
+  output.copy_(uneven_all_to_all(input.reshape({-1}), send_counts, recv_counts, "all_to_all_single")
+                   .view(output.sizes()));
   return done(rank_, c10d::OpType::ALLTOALL_BASE, {output});
 }
 
@@ -299,17 +352,35 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "torch_tpu: all_to_all: needs ", size_, " inputs and outputs (the group size), got ", inputs.size(),
               " and ", outputs.size());
+  bool equal = true;
   for (int r = 0; r < size_; ++r) {
     check_tpu(inputs[r], "all_to_all", "input");
     check_tpu(outputs[r], "all_to_all", "output");
-    check_same(outputs[r], inputs[0], "all_to_all", 1);
-    check_same(inputs[r], inputs[0], "all_to_all", 1);
+    TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
+                    outputs[r].scalar_type() == inputs[0].scalar_type(),
+                "torch_tpu: all_to_all: every input and output must have one dtype (input 0 is ",
+                inputs[0].scalar_type(), ", input ", r, " ", inputs[r].scalar_type(), ", output ", r, " ",
+                outputs[r].scalar_type(), ")");
+    equal = equal && inputs[r].numel() == inputs[0].numel() && outputs[r].numel() == inputs[0].numel();
   }
   at::Tensor send = concat(inputs);
-  auto received = flat(run(call_of(Kind::AllToAll, send), send, "all_to_all"), send.numel(), send.scalar_type(),
-                       aten::device_index(send));
-  const int64_t n = inputs[0].numel();
-  for (int r = 0; r < size_; ++r) outputs[r].copy_(received.narrow(0, r * n, n).view(outputs[r].sizes()));
+  at::Tensor received;
+  if (equal) {
+    received = flat(run(call_of(Kind::AllToAll, send), send, "all_to_all"), send.numel(), send.scalar_type(),
+                    aten::device_index(send));
+  } else {
+    std::vector<int64_t> send_counts, recv_counts;
+    for (int r = 0; r < size_; ++r) {
+      send_counts.push_back(inputs[r].numel());
+      recv_counts.push_back(outputs[r].numel());
+    }
+    received = uneven_all_to_all(send, send_counts, recv_counts, "all_to_all");
+  }
+  int64_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    outputs[r].copy_(received.narrow(0, offset, outputs[r].numel()).view(outputs[r].sizes()));
+    offset += outputs[r].numel();
+  }
   return done(rank_, c10d::OpType::ALLTOALL, outputs);
 }
 

@@ -77,6 +77,11 @@ class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d:
   // Runs `call` on this rank's flat `input`; returns this rank's flat result.
   pjrt::BufferPtr run(collectives::Call call, const at::Tensor& input, const char* op);
   collectives::Call call_of(collectives::Kind kind, const at::Tensor& t) const;
+  // all_to_all of a flat tensor whose chunks differ in length: send_counts[r]
+  // elements go to rank r, recv_counts[r] come from it. Returns the received
+  // chunks one after another.
+  at::Tensor uneven_all_to_all(const at::Tensor& send, const std::vector<int64_t>& send_counts,
+                               const std::vector<int64_t>& recv_counts, const char* op);
   // run() through host memory and the gloo group (host_staging.cpp).
   pjrt::BufferPtr staged(const collectives::Call& call, const at::Tensor& input);
   // Host staging: every rank checks that all made the same call (`call` null:

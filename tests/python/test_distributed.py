@@ -133,6 +133,29 @@ def test_gather_scatter_family_and_point_to_point():
             assert torch.equal(g["recv"], xs[r - 1] * 3)
 
 
+def test_uneven_all_to_all():
+    # Rank r sends (r + j) % 3 rows to rank j (some chunks empty); rows are
+    # tagged with sender, receiver and position so every element is checked.
+    def rows(src, dst):
+        n = (src + dst) % 3
+        return torch.stack([torch.tensor([src, dst, k, 0.5]) for k in range(n)]) if n else torch.empty(0, 4)
+
+    def body(rank):
+        send = torch.cat([rows(rank, j) for j in range(WORLD)]).to("tpu")
+        in_splits = [(rank + j) % 3 for j in range(WORLD)]
+        out_splits = [(j + rank) % 3 for j in range(WORLD)]
+        single = torch.empty(sum(out_splits), 4, device="tpu")
+        dist.all_to_all_single(single, send, out_splits, in_splits)
+        outs = [torch.empty(out_splits[j], 4, device="tpu", dtype=torch.int64) for j in range(WORLD)]
+        dist.all_to_all(outs, [rows(rank, j).long().to("tpu") for j in range(WORLD)])
+        return single.cpu(), torch.cat([o.cpu() for o in outs])
+
+    for r, (single, listed) in enumerate(run_threads(body)):
+        expected = torch.cat([rows(j, r) for j in range(WORLD)])
+        assert torch.equal(single, expected)
+        assert torch.equal(listed, expected.long())
+
+
 def test_subgroups_and_premul_sum():
     def body(rank):
         odd = dist.new_group([1, 3])
