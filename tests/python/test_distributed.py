@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import torch_tpu
 from torch_tpu.distributed import run_threads
 
 WORLD = 4
@@ -150,7 +151,12 @@ def test_uneven_all_to_all():
         dist.all_to_all(outs, [rows(rank, j).long().to("tpu") for j in range(WORLD)])
         return single.cpu(), torch.cat([o.cpu() for o in outs])
 
-    for r, (single, listed) in enumerate(run_threads(body)):
+    before = torch_tpu.metrics()
+    results = run_threads(body)
+    after = torch_tpu.metrics()
+    moved = after.get("collective_bytes::all_to_all", 0) - before.get("collective_bytes::all_to_all", 0)
+    assert moved > 0 and after["collective::all_to_all"] > before.get("collective::all_to_all", 0)
+    for r, (single, listed) in enumerate(results):
         expected = torch.cat([rows(j, r) for j in range(WORLD)])
         assert torch.equal(single, expected)
         assert torch.equal(listed, expected.long())
