@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
 
-.PHONY: all demo test test-cpp test-debug test-python test-fused semantics build system-deps lint clean bench
+.PHONY: all demo test test-cpp test-debug test-python test-fused semantics distributed build system-deps lint clean bench
 
 all: build
 
@@ -43,12 +43,24 @@ test-python: build
 	$(PY) -m pytest tests/python -q
 
 # The Python suite again in Fused mode: every op recorded and run in fused windows.
-# (test_hf.py and the semantics tests run every mode themselves.)
+# Left out: what runs every mode itself (test_hf.py, the semantics tests), the disk
+# cache's subprocesses (test_cache; test_fused loads fused windows from disk), compiled graphs (test_compile: the eager mode does not change them)
+# and the distributed tests (thread ranks, torchrun launches): `make distributed`
+# runs those in Fused mode.
 test-fused: build
 	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
-	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py
+	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py \
+	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_compile.py \
+	  --ignore=tests/python/test_distributed.py --ignore=tests/python/test_torchrun.py
 
 test: test-cpp test-debug test-python test-fused
+
+# The distributed tests in Strict and Fused mode, torchrun launches included
+# (`make test` runs them in Strict mode only).
+distributed: build
+	$(PY) -m pytest -q -p no:warnings tests/python/test_distributed.py tests/python/test_torchrun.py; s=$$?; \
+	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest -q -p no:warnings tests/python/test_distributed.py \
+	  tests/python/test_torchrun.py || s=1; exit $$s
 
 # Not in `make test`: the full differential sweep of tests/python/test_semantics.py
 # (random programs on CPU and on tpu, compared; divergences grouped, with repros).

@@ -38,8 +38,9 @@ torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
 # state: this sets it for the importing thread.
 torch.set_autocast_dtype("tpu", torch.bfloat16)
 
-# _meta: float _grouped_mm shapes (see the module); _printing: tpu tensor printing.
-from torch_tpu import _meta, _printing  # noqa: E402, F401
+# _meta: float _grouped_mm shapes (see the module); _printing: tpu tensor printing;
+# distributed: the "tpu" c10d backend (init_process_group("cpu:gloo,tpu:tpu")).
+from torch_tpu import _meta, _printing, distributed  # noqa: E402, F401
 
 __all__ = [
     "mark_step",

@@ -194,6 +194,71 @@ def set_rng_state_all(new_states) -> None:
         set_rng_state(state, i)
 
 
+# ---- Streams and events. PJRT orders work by the buffers each execution reads,
+# so every stream of a device is one ordered flow: streams are names PyTorch
+# passes around (FSDP2 and DDP make and switch them), waiting on a stream or
+# event orders nothing more, and an event completes when the work launched on
+# its device before its record() is computed. An event made with
+# enable_timing=True waits for that work at record(), so elapsed_time() is the
+# time between the two points where the device caught up.
+
+
+class Stream(torch.Stream):
+    """A tpu stream, as torch.cuda.Stream: `Stream(device=None, priority=0)`."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        if kwargs:  # torch's own constructor arguments (stream_id, device_index, device_type)
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
+
+
+class _TpuEvent(type):
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "tpu"
+
+
+class Event(metaclass=_TpuEvent):
+    """A tpu event, as torch.cuda.Event: `Event(enable_timing=False, blocking=False, interprocess=False)`.
+    Made as a torch.Event (whose elapsed_time takes torch.Event objects only)."""
+
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        return torch.Event(
+            device=torch.device("tpu", current_device()), enable_timing=enable_timing, blocking=blocking,
+            interprocess=interprocess,
+        )  # fmt: skip
+
+
+def _as_stream(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+def current_stream(device=None) -> Stream:
+    return _as_stream(torch.accelerator.current_stream(torch.device("tpu", _index(device))))
+
+
+def default_stream(device=None) -> Stream:
+    current = torch.accelerator.current_stream(torch.device("tpu", _index(device)))
+    return Stream(stream_id=0, device_index=current.device_index, device_type=current.device_type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    torch.accelerator.set_stream(stream)
+
+
+@contextlib.contextmanager
+def stream(s):
+    """Makes `s` the current stream of its device inside the block (None: no change)."""
+    if s is None:
+        yield
+        return
+    previous = current_stream(s.device_index)
+    set_stream(s)
+    try:
+        yield
+    finally:
+        set_stream(previous)
+
+
 def __getattr__(name):
     if name == "default_generators":  # as torch.cuda.default_generators, made on first use
         return tuple(_C._default_generator(i) for i in range(device_count()))

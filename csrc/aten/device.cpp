@@ -1,8 +1,20 @@
-// The "tpu" device as PyTorch sees it: a device guard, an allocator whose
-// DataPtrs are DeviceStorage objects, and the PrivateUse1 hooks.
+// The "tpu" device as PyTorch sees it: a device guard with streams and
+// events, an allocator whose DataPtrs are DeviceStorage objects, and the
+// PrivateUse1 hooks.
+//
+// Streams and events are honest about PJRT: it orders work by the buffers an
+// execution reads, not by queues, so every stream of a device is the same
+// ordered flow (a stream id is a name PyTorch can pass around; waiting on an
+// event orders nothing more). An event is the set of outputs launched on its
+// device before it was recorded: it completes when they are all computed.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
 
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
@@ -23,6 +35,36 @@ c10::DeviceIndex count_devices() noexcept {
   }
 }
 
+// Per thread, per device: the current stream's id (0: the default stream).
+constexpr int kMaxDevices = 64;
+thread_local std::array<c10::StreamId, kMaxDevices> current_stream{};
+std::atomic<c10::StreamId> next_stream_id{1};
+
+void check_device(c10::DeviceIndex index) {
+  const c10::DeviceIndex n = count_devices();
+  TORCH_CHECK_INDEX(index >= 0 && index < n && index < kMaxDevices, "torch_tpu: device index ", index,
+                    " is out of range: there are ", n,
+                    " tpu devices (TORCH_TPU_NUM_DEVICES sets how many the CPU "
+                    "plugin makes)");
+}
+
+struct TpuEvent {
+  c10::DeviceIndex device = 0;
+  std::vector<pjrt::BufferPtr> outputs;  // launched before the record
+  bool timing = false;
+  std::chrono::steady_clock::time_point done;  // timing events: when the work was complete
+};
+
+bool all_ready(const TpuEvent& e) {
+  for (const auto& b : e.outputs)
+    if (!b->ready()) return false;
+  return true;
+}
+
+void await_all(const TpuEvent& e) {
+  for (const auto& b : e.outputs) b->await_ready();
+}
+
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kTpu; }
   c10::Device exchangeDevice(c10::Device d) const override {
@@ -33,16 +75,81 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return {kTpu, current_device}; }
   void setDevice(c10::Device d) const override {
     TORCH_CHECK(d.type() == kTpu, "torch_tpu: expected a tpu device, got ", d);
-    if (d.has_index()) current_device = d.index();
+    if (!d.has_index()) return;
+    check_device(d.index());
+    current_device = d.index();
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.has_index()) current_device = d.index();
   }
-  c10::Stream getStream(c10::Device d) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream exchangeStream(c10::Stream s) const noexcept override { return s; }
   c10::DeviceIndex deviceCount() const noexcept override { return count_devices(); }
-  bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
+
+  // ---- streams
+  static c10::Stream stream(c10::DeviceIndex device, c10::StreamId id) {
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kTpu, device), id);
+  }
+  static c10::DeviceIndex index(c10::Device d) { return d.has_index() ? d.index() : current_device; }
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    const c10::DeviceIndex i = index(d);
+    return stream(i, i >= 0 && i < kMaxDevices ? current_stream[i] : 0);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override { return stream(index(d), 0); }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    return stream(index(d), next_stream_id.fetch_add(1));
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
+    return stream(index(d), next_stream_id.fetch_add(1));
+  }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
+    const c10::DeviceIndex i = s.device_index();
+    if (i < 0 || i >= kMaxDevices) return s;
+    c10::Stream old = stream(i, current_stream[i]);
+    current_stream[i] = s.id();
+    return old;
+  }
+  bool queryStream(const c10::Stream& s) const override {
+    TpuEvent e;
+    e.outputs = Runtime::get().launched(s.device_index());
+    return all_ready(e);
+  }
+  void synchronizeStream(const c10::Stream& s) const override { Runtime::get().synchronize(s.device_index()); }
+  void synchronizeDevice(const c10::DeviceIndex device) const override { Runtime::get().synchronize(device); }
+
+  // ---- events
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device == -1 || device == stream.device_index(), "torch_tpu: an event of tpu:", device,
+                " cannot be recorded on a stream of tpu:", stream.device_index());
+    auto* e = static_cast<TpuEvent*>(*event);
+    if (!e) {
+      e = new TpuEvent();
+      e->timing = flag == c10::EventFlag::BACKEND_DEFAULT;
+      *event = e;
+    }
+    e->device = stream.device_index();
+    e->outputs = Runtime::get().launched(e->device);
+    if (e->timing) {  // elapsed time is between completions: a timing event waits for its work here
+      await_all(*e);
+      e->done = std::chrono::steady_clock::now();
+    }
+  }
+  // Nothing to insert: a later execution that reads these outputs already waits for them.
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* event) const override { return !event || all_ready(*static_cast<TpuEvent*>(event)); }
+  void synchronizeEvent(void* event) const override {
+    if (event) await_all(*static_cast<TpuEvent*>(event));
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device*/) const override {
+    TORCH_CHECK(start && end, "torch_tpu: elapsed_time needs two recorded events");
+    const auto* a = static_cast<TpuEvent*>(start);
+    const auto* b = static_cast<TpuEvent*>(end);
+    TORCH_CHECK(a->timing && b->timing, "torch_tpu: elapsed_time needs events created with enable_timing=True");
+    return std::chrono::duration<double, std::milli>(b->done - a->done).count();
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex /*device*/) const noexcept override {
+    delete static_cast<TpuEvent*>(event);
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& /*data*/, const c10::Stream& /*stream*/) const override {}
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
@@ -86,6 +193,31 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override { return default_generator(device); }
   at::Generator getNewGenerator(c10::DeviceIndex device) const override { return new_generator(device); }
+
+  // UntypedStorage.resize_ (FSDP2 frees and re-allocates parameter storage
+  // this way): the bytes both sizes hold are kept; new bytes read as zeros.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto* s = static_cast<DeviceStorage*>(storage.data_ptr().get());
+    TORCH_CHECK(s, "torch_tpu: resize_ of a storage without device memory");
+    if (newsize == s->nbytes) return;
+    try {
+      Runtime::get().resize(s->device, static_cast<int64_t>(newsize) - static_cast<int64_t>(s->nbytes));
+    } catch (const runtime::OutOfMemory& e) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+    }
+    if (newsize % stablehlo::byte_size(s->dtype) != 0) s->dtype = stablehlo::DType::UInt8;
+    if (newsize == 0 || !s->value) {
+      s->value = nullptr;  // nothing to keep
+    } else {
+      std::vector<char> bytes(std::max(newsize, s->nbytes), 0);
+      Runtime::get().download(*s->value, bytes.data(), s->nbytes);
+      bytes.resize(newsize);
+      s->value = Runtime::get().upload(bytes.data(), s->dtype,
+                                       {static_cast<int64_t>(newsize / stablehlo::byte_size(s->dtype))}, s->device);
+    }
+    s->nbytes = newsize;
+    storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+  }
 };
 
 const bool hooks_registered = [] {

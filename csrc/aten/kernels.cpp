@@ -60,7 +60,8 @@ at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::opti
   to_dtype(t);
   at::Tensor out = at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kTpu),
                                                      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t);
-  if (fills_uninitialized()) fill_uninitialized(out.as_strided({out.storage().nbytes() / out.element_size()}, {1}, 0));
+  if (fills_uninitialized())
+    fill_uninitialized(out.as_strided({static_cast<int64_t>(out.storage().nbytes() / out.element_size())}, {1}, 0));
   return out;
 }
 

@@ -157,6 +157,22 @@ void Buffer::await_ready() const {
   Event(plugin_, a.event).await();
 }
 
+bool Buffer::ready() const {
+  if (is_placeholder()) return false;
+  auto a = args<PJRT_Buffer_ReadyEvent_Args>();
+  a.buffer = raw();
+  plugin_->check(plugin_->api()->PJRT_Buffer_ReadyEvent(&a), "PJRT_Buffer_ReadyEvent");
+  return Event(plugin_, a.event).ready();
+}
+
+std::shared_ptr<Buffer> Buffer::copy_to_device(PJRT_Device* device) const {
+  auto a = args<PJRT_Buffer_CopyToDevice_Args>();
+  a.buffer = raw();
+  a.dst_device = device;
+  plugin_->check(plugin_->api()->PJRT_Buffer_CopyToDevice(&a), "PJRT_Buffer_CopyToDevice");
+  return std::make_shared<Buffer>(plugin_, a.dst_buffer);
+}
+
 // ---------------------------------------------------------------- Executable
 
 Executable::Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* exe)
@@ -207,6 +223,43 @@ std::vector<BufferPtr> Executable::execute(const std::vector<PJRT_Buffer*>& inpu
   result.reserve(outputs.size());
   for (PJRT_Buffer* b : outputs) result.push_back(std::make_shared<Buffer>(plugin_, b));
   return result;
+}
+
+std::vector<std::vector<BufferPtr>> Executable::execute_on_devices(
+    const std::vector<std::vector<PJRT_Buffer*>>& inputs) const {
+  auto options = args<PJRT_ExecuteOptions>();
+  std::vector<PJRT_Buffer* const*> argument_lists;
+  std::vector<std::vector<PJRT_Buffer*>> outputs(inputs.size(), std::vector<PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<PJRT_Buffer**> output_lists;
+  for (size_t p = 0; p < inputs.size(); ++p) {
+    if (inputs[p].size() != inputs[0].size())
+      throw std::invalid_argument("pjrt::Executable::execute_on_devices: partition " + std::to_string(p) + " has " +
+                                  std::to_string(inputs[p].size()) + " arguments, partition 0 has " +
+                                  std::to_string(inputs[0].size()));
+    argument_lists.push_back(inputs[p].data());
+    output_lists.push_back(outputs[p].data());
+  }
+  auto a = args<PJRT_LoadedExecutable_Execute_Args>();
+  a.executable = exe_;
+  a.options = &options;
+  a.argument_lists = argument_lists.data();
+  a.num_devices = inputs.size();
+  a.num_args = inputs.empty() ? 0 : inputs[0].size();
+  a.output_lists = output_lists.data();
+  a.execute_device = nullptr;  // every device of the program's assignment
+  plugin_->check(plugin_->api()->PJRT_LoadedExecutable_Execute(&a), "PJRT_LoadedExecutable_Execute");
+  std::vector<std::vector<BufferPtr>> result(inputs.size());
+  for (size_t p = 0; p < inputs.size(); ++p)
+    for (PJRT_Buffer* b : outputs[p]) result[p].push_back(std::make_shared<Buffer>(plugin_, b));
+  return result;
+}
+
+std::vector<PJRT_Device*> Executable::addressable_devices() const {
+  auto a = args<PJRT_LoadedExecutable_AddressableDevices_Args>();
+  a.executable = exe_;
+  plugin_->check(plugin_->api()->PJRT_LoadedExecutable_AddressableDevices(&a),
+                 "PJRT_LoadedExecutable_AddressableDevices");
+  return {a.addressable_devices, a.addressable_devices + a.num_addressable_devices};
 }
 
 std::string Executable::serialize() const {
@@ -305,6 +358,16 @@ std::string Client::device_kind(size_t index) const {
   return std::string(k.device_kind, k.device_kind_size);
 }
 
+int Client::device_id(size_t index) const {
+  auto g = args<PJRT_Device_GetDescription_Args>();
+  g.device = devices_.at(index);
+  plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+  auto i = args<PJRT_DeviceDescription_Id_Args>();
+  i.device_description = g.device_description;
+  plugin_->check(plugin_->api()->PJRT_DeviceDescription_Id(&i), "PJRT_DeviceDescription_Id");
+  return i.id;
+}
+
 std::optional<DeviceMemoryStats> Client::device_memory_stats(size_t index) const {
   auto a = args<PJRT_Device_MemoryStats_Args>();
   a.device = devices_.at(index);
@@ -387,6 +450,36 @@ std::string single_device_compile_options() {
   std::string options;
   put_bytes_field(options, 3, build);
   put_int_field(options, 4, 1);
+  return options;
+}
+
+// CompileOptionsProto { executable_build_options (3): ExecutableBuildOptionsProto {
+//   device_ordinal (1) = -1, num_replicas (4) = 1, num_partitions (5) = N,
+//   use_spmd_partitioning (6) = true (XLA refuses partitions without it),
+//   use_shardy_partitioner (19) = true (GSPMD warns that it is deprecated), device_assignment (9):
+//   DeviceAssignmentProto { replica_count (1) = 1,
+//     computation_count (2) = N, computation_devices (3) = { replica_device_ids (1) = [id] } per partition } } }
+// Partitions, not replicas (as JAX's shard_map): the program is written per
+// partition, and its collectives name partitions by their place in the assignment.
+std::string multi_device_compile_options(const std::vector<int>& device_ids) {
+  const auto n = static_cast<int64_t>(device_ids.size());
+  std::string assignment;
+  put_int_field(assignment, 1, 1);
+  put_int_field(assignment, 2, n);
+  for (int id : device_ids) {
+    std::string computation;
+    put_int_field(computation, 1, id);
+    put_bytes_field(assignment, 3, computation);
+  }
+  std::string build;
+  put_int_field(build, 1, -1);
+  put_int_field(build, 4, 1);
+  put_int_field(build, 5, n);
+  put_int_field(build, 6, 1);
+  put_int_field(build, 19, 1);
+  put_bytes_field(build, 9, assignment);
+  std::string options;
+  put_bytes_field(options, 3, build);
   return options;
 }
 

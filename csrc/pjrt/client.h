@@ -86,6 +86,10 @@ class Buffer {
   void to_host(void* dst, size_t nbytes) const;
   // Waits until the computation producing this buffer finished; raises its error.
   void await_ready() const;
+  // Whether that computation finished (a placeholder: false).
+  bool ready() const;
+  // A copy on another device of the same client (not waiting for it).
+  std::shared_ptr<Buffer> copy_to_device(PJRT_Device* device) const;
 
  private:
   std::shared_ptr<Plugin> plugin_;
@@ -108,6 +112,12 @@ class Executable {
   // becomes that output and is deleted) unless its index is in `keep`.
   std::vector<BufferPtr> execute(const std::vector<PJRT_Buffer*>& args, PJRT_Device* device,
                                  const std::vector<int64_t>& keep = {}) const;
+  // Launches a multi-device program once over all its devices: `args[p]` are
+  // partition p's arguments, in the order of the program's device assignment;
+  // returns each partition's outputs, same order.
+  std::vector<std::vector<BufferPtr>> execute_on_devices(const std::vector<std::vector<PJRT_Buffer*>>& args) const;
+  // The devices a launch covers, in argument-list order.
+  std::vector<PJRT_Device*> addressable_devices() const;
   std::string serialize() const;
 
  private:
@@ -147,6 +157,8 @@ class Client {
   std::string platform_name() const;
   std::string platform_version() const;
   std::string device_kind(size_t index) const;
+  // The plugin's global id of a device: what a device assignment names.
+  int device_id(size_t index) const;
   // The plugin's memory statistics of a device; nullopt where the plugin
   // does not implement them (the XLA CPU plugin).
   std::optional<DeviceMemoryStats> device_memory_stats(size_t index) const;
@@ -168,6 +180,11 @@ class Client {
 // A serialized xla.CompileOptionsProto for a single-device program that runs
 // on whichever device each launch names (a portable executable).
 std::string single_device_compile_options();
+
+// A serialized xla.CompileOptionsProto for a program of one partition per
+// device of `device_ids` (global ids, in partition order): its collectives
+// span those devices, and one launch runs it on all of them.
+std::string multi_device_compile_options(const std::vector<int>& device_ids);
 
 // Bytes of one element of `type`.
 size_t element_size(PJRT_Buffer_Type type);

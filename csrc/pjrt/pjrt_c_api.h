@@ -226,6 +226,26 @@ struct PJRT_DeviceDescription_Kind_Args {
   const char* device_kind;
   size_t device_kind_size;
 };
+struct PJRT_DeviceDescription_Id_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  int id;
+};
+struct PJRT_LoadedExecutable_AddressableDevices_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  PJRT_Device* const* addressable_devices;  // out
+  size_t num_addressable_devices;           // out
+};
+struct PJRT_Buffer_CopyToDevice_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  PJRT_Device* dst_device;
+  PJRT_Buffer* dst_buffer;  // out
+};
 struct PJRT_Device_GetDescription_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
@@ -394,7 +414,7 @@ struct PJRT_Api {
   PJRT_Fn PJRT_Client_DefaultDeviceAssignment;
   TORCH_TPU_PJRT_FN(PJRT_Client_BufferFromHostBuffer);
 
-  PJRT_Fn PJRT_DeviceDescription_Id;
+  TORCH_TPU_PJRT_FN(PJRT_DeviceDescription_Id);
   PJRT_Fn PJRT_DeviceDescription_ProcessIndex;
   PJRT_Fn PJRT_DeviceDescription_Attributes;
   TORCH_TPU_PJRT_FN(PJRT_DeviceDescription_Kind);
@@ -427,7 +447,7 @@ struct PJRT_Api {
 
   TORCH_TPU_PJRT_FN(PJRT_LoadedExecutable_Destroy);
   TORCH_TPU_PJRT_FN(PJRT_LoadedExecutable_GetExecutable);
-  PJRT_Fn PJRT_LoadedExecutable_AddressableDevices;
+  TORCH_TPU_PJRT_FN(PJRT_LoadedExecutable_AddressableDevices);
   PJRT_Fn PJRT_LoadedExecutable_Delete;
   PJRT_Fn PJRT_LoadedExecutable_IsDeleted;
   TORCH_TPU_PJRT_FN(PJRT_LoadedExecutable_Execute);
@@ -445,7 +465,7 @@ struct PJRT_Api {
   PJRT_Fn PJRT_Buffer_Memory;
   PJRT_Fn PJRT_Buffer_Delete;
   PJRT_Fn PJRT_Buffer_IsDeleted;
-  PJRT_Fn PJRT_Buffer_CopyToDevice;
+  TORCH_TPU_PJRT_FN(PJRT_Buffer_CopyToDevice);
   TORCH_TPU_PJRT_FN(PJRT_Buffer_ToHostBuffer);
   PJRT_Fn PJRT_Buffer_IsOnCpu;
   TORCH_TPU_PJRT_FN(PJRT_Buffer_ReadyEvent);

@@ -16,8 +16,9 @@
 
 namespace py = pybind11;
 namespace torch_tpu::python {
-void bind_graph(py::module& m);  // graph.cpp: torch.compile's graphs
-}
+void bind_graph(py::module& m);        // graph.cpp: torch.compile's graphs
+void bind_distributed(py::module& m);  // distributed.cpp: the c10d backend
+}  // namespace torch_tpu::python
 using torch_tpu::runtime::EagerMode;
 using torch_tpu::runtime::Runtime;
 
@@ -54,6 +55,7 @@ double bare_execute_median_us(const at::Tensor& a, const at::Tensor& b, int iter
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native extension";
   torch_tpu::python::bind_graph(m);
+  torch_tpu::python::bind_distributed(m);
   m.def("_set_search_paths", &Runtime::set_search_paths);
   m.def("_register_kernels", &torch_tpu::aten::register_general_kernels);
   m.def("_initialized", &Runtime::initialized);

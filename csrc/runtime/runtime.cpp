@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <sstream>
 
@@ -75,7 +76,7 @@ std::string encode_index(const Program& program) {
   for (size_t k = 0; k < program.output_strides.size(); ++k) {
     if (program.output_strides[k].empty()) continue;
     out += "s " + std::to_string(k);
-    for (int64_t s : program.output_strides[k]) out += " " + std::to_string(s);
+    for (int64_t s : program.output_strides[k]) out.append(" ").append(std::to_string(s));
     out += "\n";
   }
   for (const auto& c : program.checks) out += "c " + c + "\n";
@@ -342,6 +343,65 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   return programs_.emplace(key, std::move(program)).first->second;
 }
 
+ProgramPtr Runtime::multi_device_program(const std::string& key, const std::vector<int>& devices,
+                                         const std::function<ProgramSpec()>& build) {
+  std::string full_key = key + "|on";
+  for (int d : devices) full_key.append(" ").append(std::to_string(d));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = programs_.find(full_key); it != programs_.end()) {
+      cache_hits_.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+  }
+  for (int d : devices) device(d);  // range checks
+  ProgramSpec spec = build();
+  auto program = std::make_shared<Program>();
+  program->outputs = std::move(spec.outputs);
+  program->checks = std::move(spec.checks);
+  program->output_bytes = output_bytes(program->outputs);
+  program->mlir = std::move(spec.mlir);
+  program->devices = devices;
+  program->key = full_key;
+  program->id = next_program_id_.fetch_add(1);
+  executable(*program);
+  std::lock_guard<std::mutex> lock(mutex_);
+  return programs_.emplace(full_key, std::move(program)).first->second;
+}
+
+std::vector<std::vector<pjrt::BufferPtr>> Runtime::execute_on_devices(
+    const Program& program, const std::vector<std::vector<pjrt::BufferPtr>>& args, const char* what) {
+  if (args.size() != program.devices.size())
+    throw std::invalid_argument(std::string("torch_tpu: ") + what + " runs on " +
+                                std::to_string(program.devices.size()) + " devices but was given arguments for " +
+                                std::to_string(args.size()));
+  std::vector<std::vector<PJRT_Buffer*>> raw(args.size());
+  for (size_t p = 0; p < args.size(); ++p)
+    for (const auto& a : args[p]) {
+      if (a->is_placeholder()) resolve(*a, "collective");
+      raw[p].push_back(a->raw());
+    }
+  const auto exe = executable(program);
+  for (int d : program.devices) check_fits(d, program.output_bytes);
+  executions_.fetch_add(1, std::memory_order_relaxed);
+  auto outputs = exe->execute_on_devices(raw);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t p = 0; p < outputs.size(); ++p)
+      for (const auto& o : outputs[p]) pending_[program.devices[p]].push_back({o, what});
+  }
+  if (mode() == EagerMode::Debug)
+    for (const auto& per_device : outputs)
+      for (const auto& o : per_device) {
+        try {
+          o->await_ready();
+        } catch (const pjrt::Error& e) {
+          throw std::runtime_error(std::string("torch_tpu: ") + what + " failed on the device: " + e.what());
+        }
+      }
+  return outputs;
+}
+
 void Runtime::set_compile_fault(std::string marker) {
   std::lock_guard<std::mutex> lock(mutex_);
   compile_fault_ = std::move(marker);
@@ -359,6 +419,43 @@ std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bo
       throw std::runtime_error("torch_tpu: compile failure injected for testing: the program contains \"" +
                                compile_fault_ + "\"");
   }
+  if (!program.devices.empty()) return compile_on_devices(program);
+  // Threads that need the same program at once (ranks running one model)
+  // compile it once: the others wait for that executable and share it.
+  std::shared_future<std::shared_ptr<pjrt::Executable>> other;
+  std::promise<std::shared_ptr<pjrt::Executable>> mine;
+  {
+    std::lock_guard<std::mutex> compiling_lock(compiling_mutex_);
+    if (auto it = compiling_.find(program.disk_key); it != compiling_.end())
+      other = it->second;
+    else
+      compiling_.emplace(program.disk_key, mine.get_future().share());
+  }
+  if (other.valid()) {
+    program.executable = other.get();  // rethrows that compile's error
+    count("compiles_shared");
+    mark_loaded(program, true);
+    return program.executable;
+  }
+  auto finished = [&] {
+    std::lock_guard<std::mutex> compiling_lock(compiling_mutex_);
+    compiling_.erase(program.disk_key);
+  };
+  try {
+    auto exe = load_or_compile(program, from_disk);
+    finished();
+    mine.set_value(exe);
+    return exe;
+  } catch (...) {
+    finished();
+    mine.set_exception(std::current_exception());
+    throw;
+  }
+}
+
+// Called with program.compile_mutex held: the executable from the disk
+// cache, or compiled now (and stored there).
+std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& program, bool* from_disk) {
   DiskCache& disk = *disk_;
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
   const auto load_start = std::chrono::steady_clock::now();
@@ -397,6 +494,32 @@ std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bo
                      e.what());
     }
     if (!bytes.empty() && disk.store(program.disk_key, bytes)) count("disk_cache_writes");
+  }
+  mark_loaded(program, true);
+  return program.executable;
+}
+
+// Called with program.compile_mutex held: a multi-device program, compiled
+// for its device assignment (checked: a permuted assignment would hand rank p
+// rank q's result).
+std::shared_ptr<pjrt::Executable> Runtime::compile_on_devices(const Program& program) {
+  std::vector<int> ids;
+  for (int d : program.devices) ids.push_back(client_->device_id(static_cast<size_t>(d)));
+  const auto compile_start = std::chrono::steady_clock::now();
+  try {
+    program.executable = client_->compile(program.mlir, pjrt::multi_device_compile_options(ids));
+  } catch (const pjrt::Error& e) {
+    throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + program.mlir);
+  }
+  count("compiles");
+  count("compile_us", microseconds_since(compile_start));
+  std::vector<PJRT_Device*> expected;
+  for (int d : program.devices) expected.push_back(device(d));
+  if (program.executable->addressable_devices() != expected) {
+    program.executable.reset();
+    throw std::logic_error(
+        "torch_tpu: the plugin placed a multi-device program's partitions in another order "
+        "than its device assignment");
   }
   mark_loaded(program, true);
   return program.executable;
@@ -514,6 +637,15 @@ void Runtime::verify_checks() {
     flag->to_host(&ok, 1);
     if (!ok) throw DeviceCheckFailed(message);
   }
+}
+
+std::vector<pjrt::BufferPtr> Runtime::launched(int device) {
+  window_->flush("event");
+  std::vector<pjrt::BufferPtr> alive;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& p : pending_.at(device))
+    if (auto b = p.buffer.lock()) alive.push_back(std::move(b));
+  return alive;
 }
 
 void Runtime::synchronize(int device) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <list>
 #include <map>
 #include <memory>
@@ -58,6 +59,10 @@ struct Program : std::enable_shared_from_this<Program> {
   // (or an empty entry): row-major.
   std::vector<std::vector<int64_t>> output_strides;
   std::string mlir;
+  // A multi-device program (a collective): one partition per device, in
+  // this order, all launched together. Empty: a single-device program that
+  // runs on whichever device a launch names.
+  std::vector<int> devices;
   std::string disk_key;  // of the executable in the disk cache
   // The last checks.size() outputs are bool[1] flags that must be true; each
   // names what it checks ("index out of range in self"), like CUDA's device asserts.
@@ -163,6 +168,16 @@ class Runtime {
   // use (then *from_disk is set). Hold it while running it: an executable
   // unused for long may be unloaded (see loaded_).
   std::shared_ptr<pjrt::Executable> executable(const Program& program, bool* from_disk = nullptr);
+  // The program for `key` over `devices` (one partition each, in order),
+  // built by `build()` on first request and compiled at once. Kept in memory
+  // only: its executable names the devices.
+  ProgramPtr multi_device_program(const std::string& key, const std::vector<int>& devices,
+                                  const std::function<ProgramSpec()>& build);
+  // Runs a multi-device program now, in any mode: `args[p]` are the arguments
+  // of partition p (on program.devices[p]); returns each partition's outputs.
+  std::vector<std::vector<pjrt::BufferPtr>> execute_on_devices(const Program& program,
+                                                               const std::vector<std::vector<pjrt::BufferPtr>>& args,
+                                                               const char* what);
   // Runs the fused window, if it holds anything; `reason` is counted in the
   // metrics as fused_flush_<reason>.
   void flush(const char* reason);
@@ -174,6 +189,11 @@ class Runtime {
   // Fused mode's debugging aid (TORCH_TPU_FUSED_DEBUG=1): a function that
   // returns where an op was called from (the Python stack), kept per recorded op.
   static void set_stack_provider(std::function<std::string()> provider);
+
+  // The outputs of everything launched on `device` since its last
+  // synchronize that are still alive (the fused window flushed first): what
+  // an event recorded now waits for.
+  std::vector<pjrt::BufferPtr> launched(int device);
 
   // Waits for everything launched on `device` so far; raises the first device
   // error, or DeviceCheckFailed for a failed deferred check.
@@ -246,6 +266,11 @@ class Runtime {
   size_t max_executables_ = 4096;  // TORCH_TPU_MAX_EXECUTABLES
   int64_t unloaded_executables_ = 0;
   void mark_loaded(const Program& program, bool fresh);
+  std::shared_ptr<pjrt::Executable> compile_on_devices(const Program& program);
+  std::shared_ptr<pjrt::Executable> load_or_compile(const Program& program, bool* from_disk);
+  // Compiles in progress, by disk key: a second thread waits for the first.
+  std::mutex compiling_mutex_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<pjrt::Executable>>> compiling_;
   std::map<std::string, int64_t> counters_;
   std::atomic<int64_t> executions_{0}, cache_hits_{0};  // the per-op counters, kept lock-free
   std::atomic<EagerMode> mode_{EagerMode::Strict};

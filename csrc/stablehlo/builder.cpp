@@ -236,7 +236,10 @@ Value Builder::emit(const std::string& op, const std::vector<Value>& operands, c
 std::string Builder::module(const std::vector<Value>& results,
                             const std::vector<std::pair<size_t, size_t>>& aliases) const {
   std::ostringstream s;
-  s << "module @torch_tpu {\n  func.func public @main(";
+  s << "module @torch_tpu";
+  if (partitions_ > 1)
+    s << " attributes {mhlo.num_partitions = " << partitions_ << " : i32, mhlo.num_replicas = 1 : i32}";
+  s << " {\n  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     s << (i ? ", " : "") << params_[i].name << ": " << params_[i].type.str();
     for (const auto& [param, result] : aliases) {
@@ -1042,6 +1045,71 @@ std::pair<Value, Value> Builder::rng_bit_generator(const Value& state, const Sha
                   next.type.str());
   body_.push_back(out.name + " = \"stablehlo.bitcast_convert\"(" + rng + "#1) : (" + u_bits + ") -> " + out.type.str());
   return {next, out};
+}
+
+}  // namespace torch_tpu::stablehlo
+
+// ------------------------------------------------------------------ collectives
+
+namespace torch_tpu::stablehlo {
+
+void Builder::set_partitions(int64_t n) {
+  if (n < 1) throw std::invalid_argument("stablehlo: a program needs at least one partition, not " + std::to_string(n));
+  partitions_ = n;
+}
+
+std::string Builder::group_attrs() {
+  std::string ids;
+  for (int64_t p = 0; p < partitions_; ++p) ids += (p ? ", " : "") + std::to_string(p);
+  // type 1: DEVICE_TO_DEVICE. Channels are unique per collective of a module.
+  return "replica_groups = dense<[[" + ids + "]]> : tensor<1x" + std::to_string(partitions_) +
+         "xi64>, channel_handle = #stablehlo.channel_handle<handle = " + std::to_string(next_channel_++) +
+         ", type = 1>";
+}
+
+Value Builder::all_reduce(const Value& x, const RegionBody& combine) {
+  TensorType scalar{x.dtype(), {}};
+  std::string text = region("all_reduce", {scalar, scalar}, combine, {scalar});
+  return emit("all_reduce", {x}, group_attrs() + ", use_global_device_ids", x.type, text);
+}
+
+Value Builder::all_gather(const Value& x, int64_t dimension) {
+  if (dimension < 0 || dimension >= x.rank())
+    refuse("all_gather", "dimension " + std::to_string(dimension) + " out of range", {x});
+  TensorType out = x.type;
+  out.shape[dimension] *= partitions_;
+  return emit("all_gather", {x},
+              "all_gather_dim = " + std::to_string(dimension) + " : i64, " + group_attrs() + ", use_global_device_ids",
+              out);
+}
+
+Value Builder::reduce_scatter(const Value& x, int64_t dimension, const RegionBody& combine) {
+  if (dimension < 0 || dimension >= x.rank() || x.shape()[dimension] % partitions_ != 0)
+    refuse("reduce_scatter",
+           "dimension " + std::to_string(dimension) + " must exist and split into " + std::to_string(partitions_) +
+               " equal blocks",
+           {x});
+  TensorType scalar{x.dtype(), {}};
+  std::string text = region("reduce_scatter", {scalar, scalar}, combine, {scalar});
+  TensorType out = x.type;
+  out.shape[dimension] /= partitions_;
+  return emit(
+      "reduce_scatter", {x},
+      "scatter_dimension = " + std::to_string(dimension) + " : i64, " + group_attrs() + ", use_global_device_ids", out,
+      text);
+}
+
+Value Builder::all_to_all(const Value& x, int64_t dimension) {
+  if (dimension < 0 || dimension >= x.rank() || x.shape()[dimension] % partitions_ != 0)
+    refuse("all_to_all",
+           "dimension " + std::to_string(dimension) + " must exist and split into " + std::to_string(partitions_) +
+               " equal blocks",
+           {x});
+  const std::string d = std::to_string(dimension) + " : i64";
+  return emit("all_to_all", {x},
+              "split_dimension = " + d + ", concat_dimension = " + d +
+                  ", split_count = " + std::to_string(partitions_) + " : i64, " + group_attrs(),
+              x.type);
 }
 
 }  // namespace torch_tpu::stablehlo

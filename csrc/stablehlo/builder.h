@@ -268,6 +268,28 @@ class Builder {
  private:
   Value constant_elements(const std::vector<std::string>& literals, const TensorType& type);
 
+  // ---- Collectives. The module runs as one partition per device of a group
+  // (set_partitions), and each collective spans every partition, in group order.
+ public:
+  void set_partitions(int64_t n);
+  int64_t partitions() const { return partitions_; }
+  // Every partition gets x combined over all of them; `combine` gets two 0-d
+  // values of x's dtype and returns their combination.
+  Value all_reduce(const Value& x, const RegionBody& combine);
+  // The partitions' x concatenated along `dimension`, in group order.
+  Value all_gather(const Value& x, int64_t dimension);
+  // all_reduce, then partition p keeps block p of `dimension` (its size divided by the group size).
+  Value reduce_scatter(const Value& x, int64_t dimension, const RegionBody& combine);
+  // Partition p sends block q of `dimension` to partition q and gets the blocks
+  // sent to it concatenated in group order.
+  Value all_to_all(const Value& x, int64_t dimension);
+
+ private:
+  // replica_groups (every partition, in order) and a fresh channel handle.
+  std::string group_attrs();
+  int64_t partitions_ = 1;
+  int64_t next_channel_ = 1;
+
   // ---- Random bits.
  public:
   enum class RngAlgorithm { ThreeFry, Philox };

@@ -1,0 +1,90 @@
+// Where the ranks of one group meet when they are threads of this process
+// (one device each, one PJRT client): the last rank to reach a collective
+// checks that every rank called the same one, launches its program once over
+// all their devices, and hands each rank its output. Torch-free.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collectives/programs.h"
+
+namespace torch_tpu::collectives {
+
+// A rank that never came, a mismatch between the ranks' calls, an abort:
+// raised on every rank of the collective.
+struct GroupError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Rendezvous {
+ public:
+  // The meeting point of the group named `key` (every rank passes the same
+  // key and size); it lives while a rank holds it.
+  static std::shared_ptr<Rendezvous> of(const std::string& key, int size);
+
+  // Rank `rank`'s `seq`-th collective: `call` on `input` (on `device`).
+  // Blocks until every rank joined (the last one runs the program), or throws
+  // GroupError naming the ranks that did not come within `timeout`.
+  pjrt::BufferPtr join(uint64_t seq, int rank, const Call& call, int device, pjrt::BufferPtr input,
+                       std::chrono::milliseconds timeout);
+  // A barrier: the `seq`-th meeting, no data.
+  void meet(uint64_t seq, int rank, std::chrono::milliseconds timeout);
+
+  // Point to point: send never waits; recv waits for the matching send
+  // (messages of one (src, dst, tag) arrive in order). A message is a flat
+  // value of `numel` elements of `dtype`.
+  struct Message {
+    pjrt::BufferPtr value;
+    DType dtype = DType::Float32;
+    int64_t numel = 0;
+  };
+  void send(int src, int dst, int tag, Message message);
+  Message recv(int src, int dst, int tag, std::chrono::milliseconds timeout);
+
+  // Fails every waiting and later meeting with `why` (a rank raised).
+  void abort(const std::string& why);
+
+  int size() const { return size_; }
+
+ private:
+  Rendezvous(std::string key, int size) : key_(std::move(key)), size_(size) {}
+  struct Arrival {
+    bool joined = false;
+    Call call;
+    int device = -1;
+    pjrt::BufferPtr input;
+  };
+  struct Slot {
+    std::vector<Arrival> ranks;
+    int arrived = 0, left = 0;
+    bool done = false;
+    std::string error;
+    std::vector<pjrt::BufferPtr> outputs;
+  };
+  // Waits (lock held) for the slot to finish; the last arriver calls `run`.
+  void wait_or_run(std::unique_lock<std::mutex>& lock, uint64_t seq, int rank, Slot& slot,
+                   std::chrono::milliseconds timeout, const char* what);
+  void run(Slot& slot);  // the last arriver, without the lock
+  // "all_reduce SUM f32[1024] on tpu:0" per rank: what a mismatch error lists.
+  static std::string describe(const Arrival& a);
+  std::string mismatch(const Slot& slot) const;
+
+  std::string key_;
+  int size_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<uint64_t, Slot> slots_;
+  std::map<std::tuple<int, int, int>, std::vector<Message>> mail_;
+  std::string aborted_;
+};
+
+}  // namespace torch_tpu::collectives

@@ -1,0 +1,321 @@
+"""The "tpu" c10d backend with ranks as threads of this process (one CPU-plugin
+device each): every collective against values computed on CPU, subgroups,
+DTensor on 1-D and 2-D meshes, and the errors of bad calls; each test through
+both transports (XLA collective programs, and host staging through gloo)."""
+
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_tpu
+from torch_tpu.distributed import run_threads
+
+WORLD = 4
+
+
+@pytest.fixture(params=["xla", "host"], autouse=True)
+def transport(request, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_COLLECTIVES", request.param)
+    return request.param
+
+
+def rank_input(rank, shape=(3, 5), dtype=torch.float32):
+    g = torch.Generator().manual_seed(100 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(-50, 50, shape, generator=g).to(dtype)
+
+
+def all_inputs(**kw):
+    return [rank_input(r, **kw) for r in range(WORLD)]
+
+
+REDUCE = {
+    "SUM": lambda xs: torch.stack(xs).sum(0),
+    "AVG": lambda xs: torch.stack(xs).sum(0) / len(xs),
+    "PRODUCT": lambda xs: torch.stack(xs).prod(0),
+    "MIN": lambda xs: torch.stack(xs).amin(0),
+    "MAX": lambda xs: torch.stack(xs).amax(0),
+    "BAND": lambda xs: xs[0] & xs[1] & xs[2] & xs[3],
+    "BOR": lambda xs: xs[0] | xs[1] | xs[2] | xs[3],
+    "BXOR": lambda xs: xs[0] ^ xs[1] ^ xs[2] ^ xs[3],
+}
+
+
+@pytest.mark.parametrize(
+    "dtype,ops",
+    [
+        (torch.float32, ["SUM", "AVG", "PRODUCT", "MIN", "MAX"]),
+        (torch.bfloat16, ["SUM", "MAX"]),
+        (torch.int64, ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]),
+    ],
+)
+def test_all_reduce_every_op(dtype, ops):
+    def body(rank):
+        out = {}
+        for op in ops:
+            t = rank_input(rank, dtype=dtype).to("tpu")
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+            out[op] = t.cpu()
+        return out
+
+    results = run_threads(body)
+    xs = all_inputs(dtype=dtype)
+    for op in ops:
+        expected = REDUCE[op]([x.float() for x in xs]).to(dtype) if dtype == torch.bfloat16 else REDUCE[op](xs)
+        for r in range(WORLD):
+            tol = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-6, "atol": 1e-6}
+            torch.testing.assert_close(results[r][op], expected, **tol, msg=f"{op} rank {r}")
+
+
+def test_gather_scatter_family_and_point_to_point():
+    def body(rank):
+        x = rank_input(rank).to("tpu")
+        got = {}
+        whole = torch.empty(WORLD * 3, 5, device="tpu")
+        dist.all_gather_into_tensor(whole, x)
+        got["all_gather_into_tensor"] = whole.cpu()
+        parts = [torch.empty(3, 5, device="tpu") for _ in range(WORLD)]
+        dist.all_gather(parts, x)
+        got["all_gather"] = torch.stack([p.cpu() for p in parts])
+        b = x.clone()
+        dist.broadcast(b, src=2)
+        got["broadcast"] = b.cpu()
+        r = x.clone()
+        dist.reduce(r, dst=1, op=dist.ReduceOp.MAX)
+        got["reduce"] = r.cpu()
+        big = (torch.cat([rank_input(rank, shape=(2, 5))] * WORLD) * (torch.arange(WORLD * 2) + 1)[:, None]).to("tpu")
+        piece = torch.empty(2, 5, device="tpu")
+        dist.reduce_scatter_tensor(piece, big.to("tpu"))
+        got["reduce_scatter_tensor"] = (piece.cpu(), big.cpu())
+        listed = torch.empty(2, 5, device="tpu")
+        dist.reduce_scatter(listed, list(big.chunk(WORLD)), op=dist.ReduceOp.AVG)
+        got["reduce_scatter"] = listed.cpu()
+        gathered = [torch.empty(3, 5, device="tpu") for _ in range(WORLD)] if rank == 3 else None
+        dist.gather(x, gathered, dst=3)
+        got["gather"] = None if gathered is None else torch.stack([g.cpu() for g in gathered])
+        scattered = torch.empty(3, 5, device="tpu")
+        dist.scatter(scattered, [x + i for i in range(WORLD)] if rank == 0 else None, src=0)
+        got["scatter"] = scattered.cpu()
+        a2a = torch.empty(WORLD * 2, 5, device="tpu")
+        dist.all_to_all_single(a2a, big)
+        got["all_to_all_single"] = a2a.cpu()
+        outs = [torch.empty(2, 5, device="tpu") for _ in range(WORLD)]
+        dist.all_to_all(outs, list(big.chunk(WORLD)))
+        got["all_to_all"] = torch.cat([o.cpu() for o in outs])
+        if rank % 2 == 0:
+            dist.send(x * 3, dst=rank + 1, tag=7)
+        else:
+            y = torch.empty(3, 5, device="tpu")
+            dist.recv(y, src=rank - 1, tag=7)
+            got["recv"] = y.cpu()
+        dist.barrier()
+        return got
+
+    res = run_threads(body)
+    xs = all_inputs()
+    bigs = [res[r]["reduce_scatter_tensor"][1] for r in range(WORLD)]
+    for r in range(WORLD):
+        g = res[r]
+        assert torch.equal(g["all_gather_into_tensor"], torch.cat(xs))
+        assert torch.equal(g["all_gather"], torch.stack(xs))
+        assert torch.equal(g["broadcast"], xs[2])
+        assert torch.equal(g["reduce"], torch.stack(xs).amax(0) if r == 1 else xs[r])  # non-roots keep theirs
+        torch.testing.assert_close(g["reduce_scatter_tensor"][0], sum(b.chunk(WORLD)[r] for b in bigs))
+        torch.testing.assert_close(g["reduce_scatter"], sum(b.chunk(WORLD)[r] for b in bigs) / WORLD)
+        assert (g["gather"] is None) == (r != 3)
+        assert r != 3 or torch.equal(g["gather"], torch.stack(xs))
+        torch.testing.assert_close(g["scatter"], xs[0] + r)
+        assert torch.equal(g["all_to_all_single"], torch.cat([b.chunk(WORLD)[r] for b in bigs]))
+        assert torch.equal(g["all_to_all"], torch.cat([b.chunk(WORLD)[r] for b in bigs]))
+        if r % 2:
+            assert torch.equal(g["recv"], xs[r - 1] * 3)
+
+
+def test_uneven_all_to_all():
+    # Rank r sends (r + j) % 3 rows to rank j (some chunks empty); rows are
+    # tagged with sender, receiver and position so every element is checked.
+    def rows(src, dst):
+        n = (src + dst) % 3
+        return torch.stack([torch.tensor([src, dst, k, 0.5]) for k in range(n)]) if n else torch.empty(0, 4)
+
+    def body(rank):
+        send = torch.cat([rows(rank, j) for j in range(WORLD)]).to("tpu")
+        in_splits = [(rank + j) % 3 for j in range(WORLD)]
+        out_splits = [(j + rank) % 3 for j in range(WORLD)]
+        single = torch.empty(sum(out_splits), 4, device="tpu")
+        dist.all_to_all_single(single, send, out_splits, in_splits)
+        outs = [torch.empty(out_splits[j], 4, device="tpu", dtype=torch.int64) for j in range(WORLD)]
+        dist.all_to_all(outs, [rows(rank, j).long().to("tpu") for j in range(WORLD)])
+        return single.cpu(), torch.cat([o.cpu() for o in outs])
+
+    before = torch_tpu.metrics()
+    results = run_threads(body)
+    after = torch_tpu.metrics()
+    moved = after.get("collective_bytes::all_to_all", 0) - before.get("collective_bytes::all_to_all", 0)
+    assert moved > 0 and after["collective::all_to_all"] > before.get("collective::all_to_all", 0)
+    for r, (single, listed) in enumerate(results):
+        expected = torch.cat([rows(j, r) for j in range(WORLD)])
+        assert torch.equal(single, expected)
+        assert torch.equal(listed, expected.long())
+
+
+def test_subgroups_and_premul_sum():
+    def body(rank):
+        odd = dist.new_group([1, 3])
+        even = dist.new_group([0, 2])
+        t = torch.full((2,), float(rank), device="tpu")
+        dist.all_reduce(t, group=odd if rank % 2 else even)
+        s = torch.ones(2, device="tpu")
+        dist.all_reduce(s, op=dist._make_nccl_premul_sum(0.5))
+        return t.cpu(), s.cpu()
+
+    res = run_threads(body)
+    assert [r[0].tolist() for r in res] == [[2.0, 2.0], [4.0, 4.0], [2.0, 2.0], [4.0, 4.0]]
+    assert all(r[1].tolist() == [2.0, 2.0] for r in res)
+
+
+def test_dtensor_on_1d_and_2d_meshes():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    a = torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
+    b = torch.randn(6, 4, generator=torch.Generator().manual_seed(2))
+
+    def body(rank):
+        mesh = init_device_mesh("tpu", (WORLD,))
+        da = distribute_tensor(a.to("tpu"), mesh, [Shard(0)])
+        db = distribute_tensor(b.to("tpu"), mesh, [Replicate()])
+        rows = (da @ db).redistribute(mesh, [Replicate()]).to_local().cpu()
+        col = distribute_tensor(a.to("tpu"), mesh, [Shard(1)])
+        partial = (col @ distribute_tensor(b.to("tpu"), mesh, [Shard(0)])).redistribute(mesh, [Replicate()])
+        mesh2 = init_device_mesh("tpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        d2 = distribute_tensor(a.to("tpu"), mesh2, [Shard(0), Shard(1)])
+        back = d2.redistribute(mesh2, [Replicate(), Replicate()]).to_local().cpu()
+        summed = d2.sum().full_tensor().cpu()
+        moved = distribute_tensor(a.to("tpu"), mesh, [Shard(0)]).redistribute(mesh, [Shard(1)])  # 6 columns: uneven
+        return rows, partial.to_local().cpu(), back, summed, moved.full_tensor().cpu()
+
+    for rows, partial, back, summed, moved in run_threads(body):
+        torch.testing.assert_close(rows, a @ b)
+        torch.testing.assert_close(partial, a @ b)
+        assert torch.equal(back, a)
+        torch.testing.assert_close(summed, a.sum())
+        assert torch.equal(moved, a)
+
+
+def test_fsdp2_matches_one_process_on_the_full_batch():
+    import copy
+
+    from torch.distributed.fsdp import fully_shard
+
+    from torch_tpu import demo
+
+    tok = demo.CharTokenizer(demo.load_corpus())
+    data = tok.encode(demo.load_corpus())
+    base = demo.make_model(tok.vocab_size, 0, dropout=0.0, d_model=32, n_layers=2)  # made once: CPU RNG is shared
+
+    def train(model, rank, world):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        share, losses = 8 // world, []
+        for x, y in demo.batches(data, 3, 8, 32, 0):
+            _, loss = model(
+                x[rank * share : (rank + 1) * share].to("tpu"), y[rank * share : (rank + 1) * share].to("tpu")
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
+    def body(rank):
+        model = copy.deepcopy(base).to("tpu")
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        losses = train(model, rank, WORLD)
+        return losses, [p.full_tensor().cpu() for p in model.parameters()]
+
+    ranks = run_threads(body)
+    single = copy.deepcopy(base).to("tpu")
+    reference = train(single, 0, 1)
+    mean = [sum(r[0][i] for r in ranks) / WORLD for i in range(3)]
+    torch.testing.assert_close(mean, reference, rtol=1e-5, atol=0)
+    for got, want in zip(ranks[0][1], single.parameters(), strict=True):
+        torch.testing.assert_close(got, want.detach().cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_graph_with_functional_collectives():
+    import torch.distributed._functional_collectives as funcol
+
+    def body(rank):
+        @torch.compile(backend="tpu")
+        def f(x):
+            return funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
+
+        return f(torch.full((3,), float(rank), device="tpu")).cpu()  # the graph runs eagerly (a warning says so)
+
+    for out in run_threads(body):
+        assert out.tolist() == [13.0, 13.0, 13.0]
+
+
+def test_mismatched_calls_raise_naming_every_rank():
+    def body(rank):
+        t = torch.ones(4 if rank != 2 else 5, device="tpu")
+        dist.all_reduce(t)
+
+    with pytest.raises(RuntimeError, match=r"made different collective calls(.|\n)*rank 2: all_reduce SUM of f32\[5\]"):
+        run_threads(body)
+
+
+def test_missing_rank_raises_in_bounded_time(transport):
+    def body(rank):
+        if rank != 1:
+            dist.all_reduce(torch.ones(2, device="tpu"))
+
+    # XLA: the others time out naming rank 1. Host: gloo sees rank 1 leave, or times out waiting for it.
+    expected = (
+        r"for ranks \[1\], which did not call it"
+        if transport == "xla"
+        else r"through host memory and gloo failed on rank \d: .*(closed|reset|[Tt]imed out)"
+    )
+    with pytest.raises(RuntimeError, match=expected):
+        run_threads(body, timeout=timedelta(seconds=2))
+
+
+def test_bad_calls_raise_clear_errors():
+    def body(rank):
+        errors = []
+        for call in (
+            lambda: dist.all_reduce(torch.ones(2, device="tpu"), op=dist.ReduceOp.BAND),
+            lambda: dist.all_gather_into_tensor(torch.empty(5, device="tpu"), torch.ones(2, device="tpu")),
+        ):
+            try:
+                call()
+            except RuntimeError as e:
+                errors.append(str(e))
+        # The process group stays usable after a refused call.
+        t = torch.ones(1, device="tpu")
+        dist.all_reduce(t)
+        return errors, t.item()
+
+    for errors, total in run_threads(body, world_size=2):
+        assert "bitwise reductions need an integer or bool tensor" in errors[0]
+        assert "all_gather_into_tensor: the output has 5 elements" in errors[1]
+        assert total == 2.0
+
+
+def test_two_ranks_on_one_device(transport):
+    def body(rank):
+        torch.tpu.set_device(0)
+        t = torch.ones(2, device="tpu")
+        dist.all_reduce(t)
+        return t.cpu()
+
+    if transport == "xla":  # one program cannot run twice on one device
+        with pytest.raises(RuntimeError, match="use the same device"):
+            run_threads(body, world_size=2)
+    else:  # through host memory, devices do not matter
+        assert all(torch.equal(t, torch.full((2,), 2.0)) for t in run_threads(body, world_size=2))
