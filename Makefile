@@ -43,10 +43,10 @@ test-python: build
 	$(PY) -m pytest tests/python -q
 
 # The Python suite again in Fused mode: every op recorded and run in fused windows.
-# Left out: what runs every mode itself (test_hf.py, the semantics tests), the disk
-# cache's subprocesses (test_cache; test_fused loads fused windows from disk), compiled graphs (test_compile: the eager mode does not change them)
-# and the distributed tests (thread ranks, torchrun launches): `make distributed`
-# runs those in Fused mode.
+# Left out: what runs every mode itself (test_hf.py, the semantics tests), the
+# disk cache's subprocesses (test_cache; test_fused loads fused windows from
+# disk), compiled graphs (test_compile: the eager mode does not change them) and
+# the distributed tests (thread ranks, torchrun): `make distributed` runs those.
 test-fused: build
 	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
 	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py \
