@@ -141,9 +141,9 @@ pjrt::BufferPtr ProcessGroupTPU::staged(const collectives::Call& call, const at:
   }
   if (is_bool) out = out.to(at::kBool);
   auto result = aten::upload(out.contiguous(), aten::device_index(input));
-  runtime.count("host_staging_us", std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::steady_clock::now() - start)
-                                        .count());
+  runtime.count(
+      "host_staging_us",
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
   return result;
 }
 

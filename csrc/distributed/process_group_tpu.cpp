@@ -305,8 +305,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output
   check_tpu(output, "all_to_all_single", "output");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "torch_tpu: all_to_all_single: the output is ",
               output.scalar_type(), " but the input is ", input.scalar_type(), "; they must have one dtype");
-  TORCH_CHECK(input.dim() > 0 && output.dim() > 0, "torch_tpu: all_to_all_single: input and output need a first "
-              "dimension to split (shapes ", input.sizes(), " and ", output.sizes(), ")");
+  TORCH_CHECK(input.dim() > 0 && output.dim() > 0,
+              "torch_tpu: all_to_all_single: input and output need a first "
+              "dimension to split (shapes ",
+              input.sizes(), " and ", output.sizes(), ")");
   // Rows per peer; no split sizes: dim 0 in group-size equal parts.
   auto rows = [&](std::vector<int64_t> splits, const at::Tensor& t, const char* role) {
     if (splits.empty()) {
@@ -320,9 +322,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output
       TORCH_CHECK(s >= 0, "torch_tpu: all_to_all_single: ", role, "_split_sizes ", splits, " has a negative size");
       total += s;
     }
-    TORCH_CHECK(static_cast<int>(splits.size()) == size_ && total == t.size(0), "torch_tpu: all_to_all_single: ",
-                role, "_split_sizes ", splits, " must have ", size_, " entries (the group size) that sum to the ",
-                role, "'s first dimension ", t.size(0), " (shape ", t.sizes(), ")");
+    TORCH_CHECK(static_cast<int>(splits.size()) == size_ && total == t.size(0), "torch_tpu: all_to_all_single: ", role,
+                "_split_sizes ", splits, " must have ", size_, " entries (the group size) that sum to the ", role,
+                "'s first dimension ", t.size(0), " (shape ", t.sizes(), ")");
     return splits;
   };
   const auto sent = rows(input_split_sizes, input, "input");
@@ -341,8 +343,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall_base(at::Tensor& output
     send_counts.push_back(sent[r] * row);
     recv_counts.push_back(got[r] * row);
   }
-  output.copy_(uneven_all_to_all(input.reshape({-1}), send_counts, recv_counts, "all_to_all_single")
-                   .view(output.sizes()));
+  output.copy_(
+      uneven_all_to_all(input.reshape({-1}), send_counts, recv_counts, "all_to_all_single").view(output.sizes()));
   return done(rank_, c10d::OpType::ALLTOALL_BASE, {output});
 }
 
@@ -356,11 +358,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
   for (int r = 0; r < size_; ++r) {
     check_tpu(inputs[r], "all_to_all", "input");
     check_tpu(outputs[r], "all_to_all", "output");
-    TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
-                    outputs[r].scalar_type() == inputs[0].scalar_type(),
-                "torch_tpu: all_to_all: every input and output must have one dtype (input 0 is ",
-                inputs[0].scalar_type(), ", input ", r, " ", inputs[r].scalar_type(), ", output ", r, " ",
-                outputs[r].scalar_type(), ")");
+    TORCH_CHECK(
+        inputs[r].scalar_type() == inputs[0].scalar_type() && outputs[r].scalar_type() == inputs[0].scalar_type(),
+        "torch_tpu: all_to_all: every input and output must have one dtype (input 0 is ", inputs[0].scalar_type(),
+        ", input ", r, " ", inputs[r].scalar_type(), ", output ", r, " ", outputs[r].scalar_type(), ")");
     equal = equal && inputs[r].numel() == inputs[0].numel() && outputs[r].numel() == inputs[0].numel();
   }
   at::Tensor send = concat(inputs);
