@@ -197,8 +197,8 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   // UntypedStorage.resize_ (FSDP2 frees and re-allocates parameter storage
   // this way): the bytes both sizes hold are kept; new bytes read as zeros.
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    TORCH_CHECK(is_device_storage(storage.data_ptr()), "torch_tpu: resize_ of a storage torch_tpu did not allocate");
     auto* s = static_cast<DeviceStorage*>(storage.data_ptr().get());
-    TORCH_CHECK(s, "torch_tpu: resize_ of a storage without device memory");
     if (newsize == s->nbytes) return;
     try {
       Runtime::get().resize(s->device, static_cast<int64_t>(newsize) - static_cast<int64_t>(s->nbytes));
@@ -226,4 +226,9 @@ const bool hooks_registered = [] {
 }();
 
 }  // namespace
+
+bool is_device_storage(const c10::DataPtr& data) {
+  return data.get_deleter() == &delete_storage && data.get() == data.get_context();
+}
+
 }  // namespace torch_tpu::aten

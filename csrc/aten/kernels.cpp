@@ -99,8 +99,19 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
   return self;
 }
 
-// _copy_from(self=src, dst): every copy_ that involves a tpu tensor lands here.
-at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
+// _copy_from(self=src, dst): every copy_ that involves a tpu tensor lands here,
+// math views included (the Negative key falls through to it, below).
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  if (src.is_neg() || dst.is_neg()) {  // x._neg_view(): the values are the negated stored ones
+    TORCH_CHECK(!src.is_conj() && !dst.is_conj(),
+                "torch_tpu: copy_ between conjugate views of complex tensors "
+                "is not supported (complex dtypes are not supported on tpu yet)");
+    at::Tensor from = src.alias(), to = dst.alias();  // the stored values, without the bit
+    from._set_neg(false);
+    to._set_neg(false);
+    to.copy_(src.is_neg() != dst.is_neg() ? at::neg(from) : from, non_blocking);
+    return dst;
+  }
   // The checks CPU's copy_ makes through TensorIterator, which this path skips.
   const auto shape = at::infer_size(dst.sizes(), src.sizes());
   TORCH_CHECK(at::IntArrayRef(shape) == dst.sizes(), "output with shape ", dst.sizes(),
@@ -225,6 +236,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(const at::Tenso
 }
 
 }  // namespace
+
+// PyTorch's math-view fallback would resolve a negative view by cloning it,
+// and a clone copies through _copy_from again: endless recursion. copy_from
+// resolves the bit itself.
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty);

@@ -115,9 +115,14 @@ at::ScalarType to_scalar_type(DType t) {
 }
 
 DeviceStorage& storage_of(const at::Tensor& t) {
-  auto* s = static_cast<DeviceStorage*>(t.storage().data_ptr().get());
-  TORCH_CHECK(s, "torch_tpu: tensor has no device storage");
-  return *s;
+  const c10::DataPtr& data = t.storage().data_ptr();
+  // PyTorch's UntypedStorage slicing (storage[a:b]) makes a storage whose
+  // pointer is ours plus a byte offset, as if device memory were addressable.
+  TORCH_CHECK(is_device_storage(data),
+              "torch_tpu: this tpu tensor's storage was not allocated by torch_tpu: it is a slice of an "
+              "UntypedStorage (storage[a:b]), which PyTorch makes by offsetting a host pointer; tpu memory has none. "
+              "Slice a tensor instead (t.view(torch.uint8)[a:b], or t.untyped_storage() without a slice).");
+  return *static_cast<DeviceStorage*>(data.get());
 }
 
 int device_index(const at::Tensor& t) { return t.device().has_index() ? t.device().index() : 0; }

@@ -13,6 +13,8 @@ using stablehlo::DType;
 
 DType to_dtype(at::ScalarType t);  // throws a clear error for unsupported dtypes
 at::ScalarType to_scalar_type(DType t);
+// Whether `data` is a storage torch_tpu's allocator made (a DeviceStorage).
+bool is_device_storage(const c10::DataPtr& data);
 DeviceStorage& storage_of(const at::Tensor& t);
 int device_index(const at::Tensor& t);
 

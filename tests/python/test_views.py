@@ -85,3 +85,44 @@ def test_set_shares_storage_with_the_source():
     assert src.cpu().tolist() == [1.0, 2.0, 30.0, 40.0, 50.0, 60.0]
     z = torch.empty(3, device="tpu").set_()
     assert z.shape == (0,)
+
+
+def math_views(dev):
+    """Negative views (x._neg_view(): the values are the negated stored ones) read,
+    copied both ways and written through, as PyTorch's device-generic tests use them."""
+    x = torch.arange(12.0).reshape(3, 4).to(dev)
+    n = x._neg_view()
+    out = {"read": n + 1, "t": n.t() * 2, "slice": n[1:, ::2].sum(0), "mm": n @ x.t(), "double": n._neg_view() * 1}
+    out["item"] = torch.tensor(n[1, 2].item())
+    out["to_cpu"] = n.cpu().resolve_neg()
+    y = x.clone()
+    y._neg_view().add_(1)
+    y._neg_view()[0] = 5
+    out["written"] = y
+    torch.mul(x, 2, out=(z := x.clone())._neg_view())
+    out["out="] = z
+    src = torch.randn(10, 10, generator=torch.Generator().manual_seed(0)).to(dev).t()
+    (d1 := torch.empty(10, 10, device=dev))._neg_view().copy_(src)  # crashed the process (endless recursion)
+    (d2 := torch.empty(10, 10, device=dev)).copy_(src._neg_view())
+    (d3 := torch.empty(10, 10, device=dev)._neg_view()).copy_(src._neg_view())
+    (h := torch.empty(10, 10)._neg_view()).copy_(src)  # into a host negative view
+    out.update(copy_into_neg=d1, copy_from_neg=d2, neg_to_neg=d3.resolve_neg(), host_neg=h.resolve_neg())
+    return {k: v.cpu() for k, v in out.items()}
+
+
+def test_negative_views_match_cpu():
+    want, got = math_views("cpu"), math_views("tpu")
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=0, atol=0, msg=k)
+
+
+def test_a_slice_of_an_untyped_storage_raises_instead_of_crashing():
+    import pytest
+
+    s = torch.arange(6.0, device="tpu").untyped_storage()
+    assert s[4] == torch.arange(6.0).untyped_storage()[4]  # element access of the storage itself works
+    with pytest.raises(RuntimeError, match=r"slice of an UntypedStorage \(storage\[a:b\]\)"):
+        s[4:8][0]  # was a floating point exception
+    with pytest.raises(RuntimeError, match="slice of an UntypedStorage"):
+        s[0:8].cpu()
+    assert (torch.ones(2, device="tpu") + 1).tolist() == [2.0, 2.0]  # the process stays usable
