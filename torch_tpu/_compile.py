@@ -80,6 +80,7 @@ class _Encoded:
     constants: list  # tensors the graph holds (get_attr), program inputs after the graph's own
     views: list  # (output, base program output, size, stride, storage offset): outputs sharing a storage
     num_outputs: int  # the graph's outputs (the program's may have hidden bases after them)
+    group: str  # the process group of the graph's functional collectives, or ""
 
 
 def _encode(gm: torch.fx.GraphModule) -> _Encoded:
@@ -93,6 +94,7 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
     constant_outputs = {}  # output index -> a plain number
     keys = 0  # random keys: a random op's generator, fed fresh per call
     output_vals = []  # the traced value of each graph output
+    groups = set()  # process groups of the graph's functional collectives
 
     def arg(a):
         if isinstance(a, torch.fx.Node):
@@ -143,6 +145,8 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
             nodes.append(("aten::copy", [arg(dst), arg(src), False], _types(node.meta.get("val"))))
             refs[node] = ("v", k, 0)
             mutations.append((refs[dst][2], refs[node]))
+        elif node.op == "call_function" and node.target is _WAIT_TENSOR:
+            refs[node] = refs[node.args[0]]  # a collective in the program is done when its value is
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
             schema = node.target._schema
             args = []
@@ -150,6 +154,11 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
                 if "Generator" in str(a.type):
                     args.append(("rng", keys))
                     keys += 1
+                    continue
+                if a.name == "group_name" and schema.name.startswith("_c10d_functional::"):
+                    name = node.args[i] if i < len(node.args) else node.kwargs[a.name]
+                    groups.add(name)
+                    args.append(_group_size(name))  # what the lowering needs; the program runs on the group
                     continue
                 if i < len(node.args):
                     v = node.args[i]
@@ -189,6 +198,8 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
         val = _value_of(gm, refs, r) if r is not None else None
         if isinstance(val, torch.Tensor) and val.dim() > 1 and val.stride() != _row_major(val.shape):
             output_strides[i] = [int(s) for s in val.stride()]  # also those of size-1 dims, as eager reports them
+    if len(groups) > 1:
+        raise _Unsupported(f"collectives of {len(groups)} process groups in one graph")
     key = hashlib.sha256(
         repr((inputs, nodes, outputs, output_strides, mutations, constant_outputs, views)).encode()
     ).hexdigest()
@@ -207,7 +218,24 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
         constants,
         views,
         num_outputs,
+        groups.pop() if groups else "",
     )
+
+
+_WAIT_TENSOR = torch.ops._c10d_functional.wait_tensor.default if torch.distributed.is_available() else None
+
+
+def _group_size(name: str) -> int:
+    """The size of process group `name`, whose collectives a compiled graph runs
+    in its program: possible when its ranks are threads of this process."""
+    group = torch.distributed.distributed_c10d._resolve_process_group(name)
+    backend = group._get_backend(torch.device("tpu"))
+    if getattr(backend, "host_staged", True):
+        raise _Unsupported(
+            f"collectives of process group {name!r}, whose ranks are processes (host staging); "
+            "a program runs collectives across the ranks only when they are threads of one process"
+        )
+    return group.size()
 
 
 def _value_of(gm, refs, ref):
@@ -382,13 +410,16 @@ def _build(gm: torch.fx.GraphModule, name: str):
     """One executable for `gm` (static sizes); returns its boxed runner."""
     start = time.perf_counter()
     g = _encode(gm)
-    program = _C._compile_graph(g.key, g.inputs, g.nodes, g.outputs, g.output_strides, g.keys, g.mutations)
+    program = _C._compile_graph(g.key, g.inputs, g.nodes, g.outputs, g.output_strides, g.keys, g.mutations, g.group)
     _GRAPH_COMPILE_MS[name] = (time.perf_counter() - start) * 1e3
 
     host_mutated = [i for i, _ in g.mutations if i in g.host_inputs]
     tensors = g.constants
+    eager = make_boxed_func(gm.forward) if g.group else None
 
     def run(args):
+        if eager is not None:
+            given = list(args)
         if g.scalars:  # sizes baked into this program
             args = [a for i, a in enumerate(args) if i not in g.scalars]
         if g.host_inputs:  # CPU scalars (step counts) join the program as device values
@@ -397,6 +428,10 @@ def _build(gm: torch.fx.GraphModule, name: str):
             for i in g.host_inputs:
                 args[i] = args[i].to("tpu")
         result = _C._run_graph(program, list(args) + tensors if tensors else args)
+        if result is None:  # the ranks traced different graphs (rank-dependent values): SPMD cannot run them
+            _warn_diverged(name)
+            args.clear()
+            return eager(given)
         if g.host_inputs:
             for i, t in host.items():  # the graph overwrote the device copy: back to the CPU tensor
                 t.copy_(args[i])
@@ -412,6 +447,16 @@ def _build(gm: torch.fx.GraphModule, name: str):
 
     run._boxed_call = True
     return run
+
+
+@functools.cache
+def _warn_diverged(name: str) -> None:
+    warnings.warn(
+        f"torch_tpu: the ranks compiled different graphs with collectives ({name}): a value that differs "
+        "between ranks (such as the rank) is a constant of each rank's graph, and one program runs on every "
+        "rank's device. This graph runs eagerly, op by op; pass such values as tensors to compile it once.",
+        stacklevel=3,
+    )
 
 
 # keep_inference_input_mutations: an input overwritten under no_grad (optimizer

@@ -37,7 +37,8 @@ def _create_backend(options, _backend_options=None):
     if rank == 0:
         store.set("torch_tpu/group_key", uuid.uuid4().hex)
     key = store.get("torch_tpu/group_key").decode()
-    places = {store.get(f"torch_tpu/process/{r}").decode() for r in range(size)}
+    process_of = [store.get(f"torch_tpu/process/{r}").decode() for r in range(size)]  # hostname:pid per rank
+    places = set(process_of)
     transport = os.environ.get("TORCH_TPU_COLLECTIVES", "auto")
     if transport not in ("auto", "xla", "host"):
         raise ValueError(f"torch_tpu: TORCH_TPU_COLLECTIVES={transport!r}: expected xla, host or auto")
@@ -54,7 +55,7 @@ def _create_backend(options, _backend_options=None):
     host = None
     if transport == "host":
         host = dist.ProcessGroupGloo(dist.PrefixStore("torch_tpu/host/", store), rank, size, timeout)
-    return _C.ProcessGroupTPU(rank, size, key, timeout.total_seconds(), host)
+    return _C.ProcessGroupTPU(rank, size, key, timeout.total_seconds(), host, process_of)
 
 
 if dist.is_available() and "tpu" not in dist.Backend.backend_list:

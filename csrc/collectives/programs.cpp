@@ -162,11 +162,11 @@ std::string mismatch_message(const std::vector<std::string>& calls) {
          "\nEvery rank must call the same collectives in the same order, with the same dtypes and element counts.";
 }
 
-runtime::ProgramSpec build(const Call& call) {
+Value lower(Builder& b, const Call& call, Value x) {
   if (std::string why = call.invalid(); !why.empty()) throw std::invalid_argument(why);
-  Builder b;
-  b.set_partitions(call.size);
-  Value x = b.parameter({call.dtype, {call.numel}});
+  if (b.partitions() != call.size)
+    throw std::invalid_argument(std::string(name(call.kind)) + " over " + std::to_string(call.size) +
+                                " ranks in a program of " + std::to_string(b.partitions()) + " partitions");
   Value out;
   switch (call.kind) {
     case Kind::AllReduce:
@@ -197,6 +197,13 @@ runtime::ProgramSpec build(const Call& call) {
       break;
     }
   }
+  return out;
+}
+
+runtime::ProgramSpec build(const Call& call) {
+  Builder b;
+  b.set_partitions(call.size);
+  Value out = lower(b, call, b.parameter({call.dtype, {call.numel}}));
   return runtime::ProgramSpec(b.module({out}), {out.type});
 }
 

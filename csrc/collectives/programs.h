@@ -51,6 +51,11 @@ std::string describe(const Call& call, int device);
 // The message of ranks whose calls differ; `calls[r]` describes rank r's.
 std::string mismatch_message(const std::vector<std::string>& calls);
 
+// `call` on this partition's flat value `x` inside a program of `call.size`
+// partitions being built in `b`: this partition's flat result. Throws
+// std::invalid_argument for an invalid call.
+stablehlo::Value lower(stablehlo::Builder& b, const Call& call, stablehlo::Value x);
+
 // The program of `call`: one parameter and one result, both flat.
 runtime::ProgramSpec build(const Call& call);
 

@@ -31,8 +31,8 @@ std::shared_ptr<Rendezvous> Rendezvous::of(const std::string& key, int size) {
   return group;
 }
 
-pjrt::BufferPtr Rendezvous::join(uint64_t seq, int rank, const Call& call, int device, pjrt::BufferPtr input,
-                                 std::chrono::milliseconds timeout) {
+std::vector<pjrt::BufferPtr> Rendezvous::launch(uint64_t seq, int rank, Launch launch,
+                                                std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!aborted_.empty()) throw GroupError(aborted_);
   Slot& slot = slots_[seq];
@@ -40,19 +40,30 @@ pjrt::BufferPtr Rendezvous::join(uint64_t seq, int rank, const Call& call, int d
     slot.ranks.resize(size_);
     slot.outputs.resize(size_);
   }
-  slot.ranks.at(rank) = {true, call, device, std::move(input)};
+  const std::string what = launch.key.empty() ? "barrier" : launch.what;
+  slot.ranks.at(rank) = {true, std::move(launch)};
   ++slot.arrived;
-  wait_or_run(lock, seq, rank, slot, timeout, name(call.kind));
-  pjrt::BufferPtr out = slot.outputs[rank];
+  wait_or_run(lock, seq, rank, slot, timeout, what.c_str());
+  std::vector<pjrt::BufferPtr> out = std::move(slot.outputs[rank]);
   std::string error = slot.error;
+  const bool diverged = slot.diverged;
   if (++slot.left == size_) slots_.erase(seq);
+  if (diverged) throw Diverged(error);
   if (!error.empty()) throw GroupError(error);
   return out;
 }
 
-void Rendezvous::meet(uint64_t seq, int rank, std::chrono::milliseconds timeout) {
-  join(seq, rank, Call{}, -1, nullptr, timeout);
+pjrt::BufferPtr Rendezvous::join(uint64_t seq, int rank, const Call& call, int device, pjrt::BufferPtr input,
+                                 std::chrono::milliseconds timeout) {
+  auto& runtime = runtime::Runtime::get();
+  runtime.count(std::string("collective::") + name(call.kind));
+  runtime.count(std::string("collective_bytes::") + name(call.kind),
+                call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)));
+  Launch l{call.key(), describe(call, device), [call] { return build(call); }, device, {std::move(input)}};
+  return launch(seq, rank, std::move(l), timeout).at(0);
 }
+
+void Rendezvous::meet(uint64_t seq, int rank, std::chrono::milliseconds timeout) { launch(seq, rank, {}, timeout); }
 
 void Rendezvous::wait_or_run(std::unique_lock<std::mutex>& lock, uint64_t seq, int rank, Slot& slot,
                              std::chrono::milliseconds timeout, const char* what) {
@@ -88,24 +99,19 @@ void Rendezvous::wait_or_run(std::unique_lock<std::mutex>& lock, uint64_t seq, i
   }
 }
 
-std::string Rendezvous::describe(const Arrival& a) {
-  return a.input ? collectives::describe(a.call, a.device) : "barrier";
-}
-
 std::string Rendezvous::mismatch(const Slot& slot) const {
-  const Arrival& first = slot.ranks[0];
+  const Launch& first = slot.ranks[0].launch;
   bool same = true;
-  for (const auto& a : slot.ranks)
-    same = same && (!a.input) == (!first.input) && (!a.input || (a.call.key() == first.call.key()));
+  for (const auto& a : slot.ranks) same = same && a.launch.key == first.key;
   std::set<int> devices;
-  for (const auto& a : slot.ranks)
-    if (a.input) devices.insert(a.device);
-  const bool distinct = !first.input || devices.size() == slot.ranks.size();
+  for (const auto& a : slot.ranks) devices.insert(a.launch.device);
+  const bool distinct = first.key.empty() || devices.size() == slot.ranks.size();
   if (same && distinct) return {};
   std::vector<std::string> calls;
   std::string list;
   for (size_t r = 0; r < slot.ranks.size(); ++r) {
-    calls.push_back(describe(slot.ranks[r]));
+    const Launch& l = slot.ranks[r].launch;
+    calls.push_back(l.key.empty() ? "barrier" : l.what);
     list += "\n  rank " + std::to_string(r) + ": " + calls.back();
   }
   if (!same) return mismatch_message(calls);
@@ -115,22 +121,27 @@ std::string Rendezvous::mismatch(const Slot& slot) const {
 
 void Rendezvous::run(Slot& slot) {
   try {
-    if (std::string why = mismatch(slot); !why.empty()) throw GroupError(why);
-    if (!slot.ranks[0].input) return;  // a barrier
-    const Call& call = slot.ranks[0].call;
+    if (std::string why = mismatch(slot); !why.empty()) {
+      bool may_diverge = true;
+      std::set<int> devices;
+      for (const auto& a : slot.ranks) {
+        may_diverge = may_diverge && a.launch.may_diverge;
+        devices.insert(a.launch.device);
+      }
+      slot.diverged = may_diverge && devices.size() == slot.ranks.size();
+      throw GroupError(why);
+    }
+    const Launch& first = slot.ranks[0].launch;
+    if (first.key.empty()) return;  // a barrier
     std::vector<int> devices;
     std::vector<std::vector<pjrt::BufferPtr>> args;
-    for (const auto& a : slot.ranks) {
-      devices.push_back(a.device);
-      args.push_back({a.input});
+    for (auto& a : slot.ranks) {
+      devices.push_back(a.launch.device);
+      args.push_back(std::move(a.launch.args));
     }
     auto& runtime = runtime::Runtime::get();
-    auto program = runtime.multi_device_program(call.key(), devices, [&] { return build(call); });
-    runtime.count(std::string("collective::") + name(call.kind));
-    runtime.count(std::string("collective_bytes::") + name(call.kind),
-                  call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)) * size_);
-    auto outputs = runtime.execute_on_devices(*program, args, name(call.kind));
-    for (size_t r = 0; r < outputs.size(); ++r) slot.outputs[r] = outputs[r].at(0);
+    auto program = runtime.multi_device_program(first.key, devices, first.build);
+    slot.outputs = runtime.execute_on_devices(*program, args, first.what.c_str());
   } catch (const std::exception& e) {
     slot.error = e.what();
   }

@@ -1,12 +1,14 @@
 // Where the ranks of one group meet when they are threads of this process
-// (one device each, one PJRT client): the last rank to reach a collective
-// checks that every rank called the same one, launches its program once over
-// all their devices, and hands each rank its output. Torch-free.
+// (one device each, one PJRT client): the last rank to reach a collective (or
+// a compiled graph holding collectives) checks that every rank called the
+// same one, launches its program once over all their devices, and hands each
+// rank its outputs. Torch-free.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +26,12 @@ namespace torch_tpu::collectives {
 struct GroupError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// The ranks launched different programs that each may replace by its own
+// eager form (compiled graphs traced with rank-dependent constants): nothing
+// ran, and every rank of the meeting gets this.
+struct Diverged : GroupError {
+  using GroupError::GroupError;
+};
 
 class Rendezvous {
  public:
@@ -31,9 +39,22 @@ class Rendezvous {
   // key and size); it lives while a rank holds it.
   static std::shared_ptr<Rendezvous> of(const std::string& key, int size);
 
-  // Rank `rank`'s `seq`-th collective: `call` on `input` (on `device`).
-  // Blocks until every rank joined (the last one runs the program), or throws
-  // GroupError naming the ranks that did not come within `timeout`.
+  // A program every rank of the group runs at once, one partition each.
+  struct Launch {
+    std::string key;   // identifies the program: the ranks' keys must be equal
+    std::string what;  // this rank's call, as a mismatch error lists it
+    std::function<runtime::ProgramSpec()> build;
+    int device = -1;
+    std::vector<pjrt::BufferPtr> args;
+    // When every rank's launch may, programs that differ raise Diverged (not
+    // a mismatch): the ranks then run their own eager forms.
+    bool may_diverge = false;
+  };
+  // Rank `rank`'s `seq`-th meeting: blocks until every rank joined (the last
+  // one runs the program over their devices) and returns this rank's outputs,
+  // or throws GroupError naming the ranks that did not come within `timeout`.
+  std::vector<pjrt::BufferPtr> launch(uint64_t seq, int rank, Launch launch, std::chrono::milliseconds timeout);
+  // A collective: `call` on `input` (on `device`); returns the flat result.
   pjrt::BufferPtr join(uint64_t seq, int rank, const Call& call, int device, pjrt::BufferPtr input,
                        std::chrono::milliseconds timeout);
   // A barrier: the `seq`-th meeting, no data.
@@ -59,23 +80,19 @@ class Rendezvous {
   Rendezvous(std::string key, int size) : key_(std::move(key)), size_(size) {}
   struct Arrival {
     bool joined = false;
-    Call call;
-    int device = -1;
-    pjrt::BufferPtr input;
+    Launch launch;  // key empty: a barrier
   };
   struct Slot {
     std::vector<Arrival> ranks;
     int arrived = 0, left = 0;
-    bool done = false;
+    bool done = false, diverged = false;
     std::string error;
-    std::vector<pjrt::BufferPtr> outputs;
+    std::vector<std::vector<pjrt::BufferPtr>> outputs;  // per rank
   };
   // Waits (lock held) for the slot to finish; the last arriver calls `run`.
   void wait_or_run(std::unique_lock<std::mutex>& lock, uint64_t seq, int rank, Slot& slot,
                    std::chrono::milliseconds timeout, const char* what);
   void run(Slot& slot);  // the last arriver, without the lock
-  // "all_reduce SUM f32[1024] on tpu:0" per rank: what a mismatch error lists.
-  static std::string describe(const Arrival& a);
   std::string mismatch(const Slot& slot) const;
 
   std::string key_;

@@ -3,9 +3,14 @@
 // collectives (the CPU plugin). Emulates what gloo lacks: AVG, PREMUL_SUM,
 // reductions of bool; reduce_scatter and scatter reduce or broadcast
 // everything and keep this rank's block.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 
 #include "aten/tensor_access.h"
 #include "distributed/completed_work.h"
@@ -35,15 +40,14 @@ c10d::ReduceOp gloo_op(Reduction r, bool is_bool) {
   return c10d::ReduceOp::SUM;
 }
 
-// Waits for a gloo call; its failure (a peer that died: "Connection closed
-// by peer") is raised naming our op and rank.
-void await(const c10::intrusive_ptr<c10d::Work>& work, const char* op, int rank) {
-  try {
-    WithoutGil unlocked;
-    work->wait();
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "torch_tpu: ", op, " through host memory and gloo failed on rank ", rank, ": ", e.what());
-  }
+// Whether process `pid` of this host has ended (gone, or a zombie not yet reaped).
+bool exited(int64_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');  // the state follows the command name
+  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
 }
 
 // A call as int64 words, for comparing across ranks: kind (-1: barrier),
@@ -74,13 +78,39 @@ std::string describe_words(const int64_t* w) {
 
 }  // namespace
 
+std::string ProcessGroupTPU::exited_ranks() const {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  std::string gone;
+  for (size_t r = 0; r < places_.size(); ++r) {
+    const auto colon = places_[r].rfind(':');
+    if (static_cast<int>(r) == rank_ || colon == std::string::npos || places_[r].substr(0, colon) != name) continue;
+    const int64_t pid = std::stoll(places_[r].substr(colon + 1));
+    if (exited(pid)) gone += (gone.empty() ? "" : ", ") + std::to_string(r) + " (pid " + std::to_string(pid) + ")";
+  }
+  return gone;
+}
+
+void ProcessGroupTPU::await_host(const c10::intrusive_ptr<c10d::Work>& work, const char* op) const {
+  try {
+    WithoutGil unlocked;
+    work->wait();
+  } catch (const std::exception& e) {
+    const std::string gone = exited_ranks();
+    TORCH_CHECK(false, "torch_tpu: ", op, " through host memory and gloo failed on rank ", rank_, ": ", e.what(),
+                gone.empty() ? std::string()
+                             : "\nThe process of rank " + gone + " has exited: it died or returned without this " + op +
+                                   "; the group cannot go on without it.");
+  }
+}
+
 void ProcessGroupTPU::agree(const collectives::Call* call, int device) {
   const std::vector<int64_t> mine = words(call, device);
   const auto n = static_cast<int64_t>(mine.size());
   std::vector<at::Tensor> in{at::tensor(mine, at::kLong)};
   std::vector<std::vector<at::Tensor>> all(1);
   for (int r = 0; r < size_; ++r) all[0].push_back(at::empty({n}, at::kLong));
-  await(host_->allgather(all, in), call ? collectives::name(call->kind) : "barrier", rank_);
+  await_host(host_->allgather(all, in), call ? collectives::name(call->kind) : "barrier");
   bool same = true;
   for (int r = 0; r < size_; ++r)  // the device may differ: each process has its own
     same = same && std::equal(mine.begin(), mine.end() - 1, all[0][r].data_ptr<int64_t>());
@@ -111,7 +141,7 @@ pjrt::BufferPtr ProcessGroupTPU::staged(const collectives::Call& call, const at:
       if (call.factor != 1) x.mul_(call.factor);
       c10d::AllreduceOptions options;
       options.reduceOp = gloo_op(call.reduction, is_bool);
-      await(host_->allreduce(xs, options), op, rank_);
+      await_host(host_->allreduce(xs, options), op);
       if (call.reduction == Reduction::Avg)
         x = x.is_floating_point() ? x.div(size_) : x.div(size_, "trunc");  // integers: as NCCL's average
       out = call.kind == Kind::AllReduce ? x : x.narrow(0, rank_ * block, block);
@@ -121,21 +151,21 @@ pjrt::BufferPtr ProcessGroupTPU::staged(const collectives::Call& call, const at:
     case Kind::Scatter: {
       c10d::BroadcastOptions options;
       options.rootRank = call.root;
-      await(host_->broadcast(xs, options), op, rank_);
+      await_host(host_->broadcast(xs, options), op);
       out = call.kind == Kind::Broadcast ? x : x.narrow(0, rank_ * block, block);
       break;
     }
     case Kind::AllGather: {
       std::vector<std::vector<at::Tensor>> parts(1);
       for (int r = 0; r < size_; ++r) parts[0].push_back(at::empty_like(x));
-      await(host_->allgather(parts, xs), op, rank_);
+      await_host(host_->allgather(parts, xs), op);
       out = at::cat(parts[0]);
       break;
     }
     case Kind::AllToAll: {
       out = at::empty_like(x);
       std::vector<int64_t> equal;
-      await(host_->alltoall_base(out, x, equal, equal), op, rank_);
+      await_host(host_->alltoall_base(out, x, equal, equal), op);
       break;
     }
   }

@@ -69,11 +69,27 @@ at::Tensor concat(const std::vector<at::Tensor>& tensors) {
 }  // namespace
 
 ProcessGroupTPU::ProcessGroupTPU(int rank, int size, const std::string& group_key, std::chrono::milliseconds timeout,
-                                 c10::intrusive_ptr<c10d::Backend> host)
+                                 c10::intrusive_ptr<c10d::Backend> host, std::vector<std::string> places)
     : Backend(rank, size),
+      places_(std::move(places)),
       rendezvous_(collectives::Rendezvous::of(group_key, size)),
       timeout_(timeout),
       host_(std::move(host)) {}
+
+std::optional<std::vector<pjrt::BufferPtr>> ProcessGroupTPU::launch(collectives::Rendezvous::Launch launch) {
+  TORCH_CHECK(!host_,
+              "torch_tpu: a compiled graph with collectives runs as one program over the group's devices, "
+              "but this group's ranks are processes (host staging); it runs eagerly instead");
+  for (const auto& a : launch.args) Runtime::get().resolve(*a, "collective");
+  WithoutGil unlocked;
+  try {
+    return rendezvous_->launch(seq_++, rank_, std::move(launch), timeout_);
+  } catch (const collectives::Diverged&) {
+    return std::nullopt;
+  } catch (const collectives::GroupError& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
 
 void ProcessGroupTPU::abort() { rendezvous_->abort("torch_tpu: rank " + std::to_string(rank_) + " aborted the group"); }
 
@@ -391,8 +407,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::send(std::vector<at::Tensor>& te
               " is not another rank of this group of ", size_);
   if (host_) {
     std::vector<at::Tensor> cpu{t.cpu()};
-    WithoutGil unlocked;
-    host_->send(cpu, dst, tag)->wait();
+    await_host(host_->send(cpu, dst, tag), "send");
     return done(rank_, c10d::OpType::SEND, tensors);
   }
   auto value = aten::read_dense(t);
@@ -407,10 +422,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& te
               " is not another rank of this group of ", size_);
   if (host_) {
     std::vector<at::Tensor> cpu{at::empty(t.sizes(), t.options().device(at::kCPU))};
-    {
-      WithoutGil unlocked;
-      host_->recv(cpu, src, tag)->wait();
-    }
+    await_host(host_->recv(cpu, src, tag), "recv");
     t.copy_(cpu[0]);
     return done(rank_, c10d::OpType::RECV, tensors);
   }

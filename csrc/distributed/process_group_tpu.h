@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <vector>
@@ -22,9 +23,10 @@ namespace torch_tpu::distributed {
 class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d::Backend {
  public:
   // `group_key` names the group in this process (every rank passes the same);
-  // `host`, if given, is the gloo group of host staging.
+  // `host`, if given, is the gloo group of host staging; `places[r]` is
+  // "hostname:pid" of rank r's process (to name a rank that died).
   ProcessGroupTPU(int rank, int size, const std::string& group_key, std::chrono::milliseconds timeout,
-                  c10::intrusive_ptr<c10d::Backend> host = {});
+                  c10::intrusive_ptr<c10d::Backend> host = {}, std::vector<std::string> places = {});
   bool host_staged() const { return static_cast<bool>(host_); }
 
   const std::string getBackendName() const override { return "tpu"; }
@@ -73,6 +75,13 @@ class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d:
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = {}) override;
 
+  // A compiled graph holding this group's collectives: every rank launches
+  // `launch` (the same program, its own device and arguments) as its next
+  // collective; returns this rank's outputs, or nothing when the ranks'
+  // programs differ and `launch.may_diverge` (each rank then runs its graph
+  // eagerly). XLA transport only.
+  std::optional<std::vector<pjrt::BufferPtr>> launch(collectives::Rendezvous::Launch launch);
+
  private:
   // Runs `call` on this rank's flat `input`; returns this rank's flat result.
   pjrt::BufferPtr run(collectives::Call call, const at::Tensor& input, const char* op);
@@ -87,6 +96,11 @@ class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d:
   // Host staging: every rank checks that all made the same call (`call` null:
   // a barrier) before gloo sees mismatched tensors (it would hang or crash).
   void agree(const collectives::Call* call, int device);
+  // Waits for a gloo call; its failure is raised naming `op`, this rank, and
+  // the ranks whose processes are gone.
+  void await_host(const c10::intrusive_ptr<c10d::Work>& work, const char* op) const;
+  std::string exited_ranks() const;
+  std::vector<std::string> places_;
 
   c10::intrusive_ptr<c10d::Backend> host_;
 

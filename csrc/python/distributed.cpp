@@ -1,5 +1,6 @@
 // torch_tpu._C.ProcessGroupTPU: bound on first use, once torch.distributed has
 // registered c10d.Backend (our base class) with pybind.
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "distributed/process_group_tpu.h"
@@ -14,13 +15,13 @@ void bind_distributed(py::module& m) {
     py::class_<distributed::ProcessGroupTPU, c10d::Backend, c10::intrusive_ptr<distributed::ProcessGroupTPU>>(
         m, "ProcessGroupTPU")
         .def(py::init([](int rank, int size, const std::string& group_key, double timeout_seconds,
-                         c10::intrusive_ptr<c10d::Backend> host) {
+                         c10::intrusive_ptr<c10d::Backend> host, std::vector<std::string> places) {
                return c10::make_intrusive<distributed::ProcessGroupTPU>(
                    rank, size, group_key, std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)),
-                   std::move(host));
+                   std::move(host), std::move(places));
              }),
              py::arg("rank"), py::arg("size"), py::arg("group_key"), py::arg("timeout_seconds"),
-             py::arg("host") = c10::intrusive_ptr<c10d::Backend>())
+             py::arg("host") = c10::intrusive_ptr<c10d::Backend>(), py::arg("places") = std::vector<std::string>())
         .def_property_readonly("host_staged", &distributed::ProcessGroupTPU::host_staged);
   });
 }

@@ -14,6 +14,9 @@
 //            optimizer updates under no_grad); written back into the input's
 //            storage here, and the input's buffer donated to that output
 //            where nothing else holds it.
+//   group:   the process group (its name) of the graph's functional
+//            collectives, or "": such a graph is one program with a partition
+//            per rank, launched by every rank at once (ranks as threads).
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -21,9 +24,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
+#include "distributed/process_group_tpu.h"
 #include "lowering/registry.h"
 #include "runtime/runtime.h"
 
@@ -38,7 +44,10 @@ using stablehlo::TensorType;
 using stablehlo::Value;
 
 struct GraphProgram {
-  runtime::ProgramPtr program;
+  runtime::ProgramPtr program;                       // or, for a graph with collectives:
+  std::string group;                                 // their process group's name
+  std::shared_ptr<const runtime::ProgramSpec> spec;  // one partition's program, compiled at the first launch
+  std::string key;
   std::vector<int> output_slots;  // per graph output: its program output, or -1 for None
   int num_keys = 0;               // random keys the program reads after the inputs, one per random op
   std::string name;               // for error messages
@@ -139,8 +148,10 @@ const lowering::LoweringRule* rule_for(const std::string& op) {
 
 std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::list& inputs, const py::list& nodes,
                                             const py::list& outputs, const py::list& output_strides, int num_keys,
-                                            const py::list& mutations) {
+                                            const py::list& mutations, const std::string& group) {
   auto graph = std::make_shared<GraphProgram>();
+  graph->group = group;
+  graph->key = "graph|" + key;
   graph->num_keys = num_keys;
   graph->num_inputs = inputs.size();
   graph->name = "compiled graph " + key.substr(0, 16);
@@ -183,85 +194,89 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
   }
   const auto start = std::chrono::steady_clock::now();
   runtime::ProgramSource source = runtime::ProgramSource::Compiled;
-  graph->program = Runtime::get().program(
-      "graph|" + key,
-      [&] {
-        GraphBuilder g;
-        std::vector<TensorType> input_types;
-        for (auto in : inputs) {
-          input_types.push_back(tensor_type(in));
-          g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
-        }
-        for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
-        for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
-        std::vector<Value> flags;
-        std::vector<std::string> messages;
-        for (auto node_handle : nodes) {
-          auto node = node_handle.cast<py::tuple>();
-          const std::string op = node[0].cast<std::string>();
-          const auto* rule = rule_for(op);
-          if (!rule) throw lowering::Declined(op + " has no tpu lowering");
-          std::vector<LoweringArg> args;
-          for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
-          std::vector<TensorType> outs;
-          for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
-          lowering::LoweringContext ctx{g.b, args, outs, {}};
-          std::vector<Value> results = (*rule)(ctx);
-          for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {
-            if (results[k].name.empty()) continue;
-            if (results[k].type.numel() != outs[k].numel())
-              throw std::runtime_error("torch_tpu.compile: the lowering of " + op + " produced " +
-                                       results[k].type.str() + " where the graph expects " + outs[k].str());
-            results[k] = g.b.reshape(g.b.cast(results[k], outs[k].dtype), outs[k].shape);
-          }
-          for (auto& check : ctx.checks) {
-            flags.push_back(g.b.reshape(check.ok, {1}));
-            messages.push_back(std::string(check.index_error ? "" : runtime::kRuntimeErrorCheck) + check.message +
-                               " (in " + op + " of a compiled graph)");
-          }
-          g.node_values.push_back(std::move(results));
-        }
-        std::vector<Value> flat;
-        std::vector<TensorType> types;
-        std::vector<std::vector<int64_t>> layouts;
-        for (size_t s = 0; s < slot_refs.size(); ++s) {
-          const auto& [k, j] = slot_refs[s];
-          Value v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
-          types.push_back(v.type);
-          // Laid out as eager lays it out (x.t() + 1 is transposed): flattened in memory order.
-          auto order = lowering::memory_order(v.shape(), slot_strides[s]);
-          const bool dense = lowering::is_dense(v.shape(), slot_strides[s]);
-          layouts.push_back(dense ? slot_strides[s] : std::vector<int64_t>());
-          if (!order.empty()) v = g.b.transpose(v, order);
-          flat.push_back(g.b.reshape(v, {v.type.numel()}));
-        }
-        std::vector<std::pair<size_t, size_t>> aliases;
-        for (size_t m = 0; m < mutation_refs.size(); ++m) {
-          const auto& [k, j] = mutation_refs[m];
-          const auto& mutation = graph->mutations[m];
-          const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
-          if (v.name.empty()) throw lowering::Declined("an input is overwritten by an undefined value");
-          flat.push_back(g.b.reshape(v, {v.type.numel()}));
-          types.push_back(v.type);
-          if (mutation.aliased) aliases.emplace_back(mutation.input, mutation.slot);
-        }
-        for (const Value& f : flags) {
-          flat.push_back(f);
-          types.push_back(f.type);
-        }
-        std::string mlir = g.b.module(flat, aliases);
-        Runtime::get().count("compiled_graphs");
-        // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
-        if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
-          std::filesystem::create_directories(dir);
-          std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
-        }
-        runtime::ProgramSpec spec(std::move(mlir), types, messages);
-        layouts.resize(types.size());
-        spec.output_strides = std::move(layouts);
-        return spec;
-      },
-      /*indexed=*/true, &source);
+  auto build = [&] {
+    GraphBuilder g;
+    std::vector<TensorType> input_types;
+    for (auto in : inputs) {
+      input_types.push_back(tensor_type(in));
+      g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
+    }
+    for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
+    for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
+    std::vector<Value> flags;
+    std::vector<std::string> messages;
+    for (auto node_handle : nodes) {
+      auto node = node_handle.cast<py::tuple>();
+      const std::string op = node[0].cast<std::string>();
+      const auto* rule = rule_for(op);
+      if (!rule) throw lowering::Declined(op + " has no tpu lowering");
+      std::vector<LoweringArg> args;
+      for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
+      std::vector<TensorType> outs;
+      for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
+      lowering::LoweringContext ctx{g.b, args, outs, {}};
+      std::vector<Value> results = (*rule)(ctx);
+      for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {
+        if (results[k].name.empty()) continue;
+        if (results[k].type.numel() != outs[k].numel())
+          throw std::runtime_error("torch_tpu.compile: the lowering of " + op + " produced " + results[k].type.str() +
+                                   " where the graph expects " + outs[k].str());
+        results[k] = g.b.reshape(g.b.cast(results[k], outs[k].dtype), outs[k].shape);
+      }
+      for (auto& check : ctx.checks) {
+        flags.push_back(g.b.reshape(check.ok, {1}));
+        messages.push_back(std::string(check.index_error ? "" : runtime::kRuntimeErrorCheck) + check.message + " (in " +
+                           op + " of a compiled graph)");
+      }
+      g.node_values.push_back(std::move(results));
+    }
+    std::vector<Value> flat;
+    std::vector<TensorType> types;
+    std::vector<std::vector<int64_t>> layouts;
+    for (size_t s = 0; s < slot_refs.size(); ++s) {
+      const auto& [k, j] = slot_refs[s];
+      Value v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+      types.push_back(v.type);
+      // Laid out as eager lays it out (x.t() + 1 is transposed): flattened in memory order.
+      auto order = lowering::memory_order(v.shape(), slot_strides[s]);
+      const bool dense = lowering::is_dense(v.shape(), slot_strides[s]);
+      layouts.push_back(dense ? slot_strides[s] : std::vector<int64_t>());
+      if (!order.empty()) v = g.b.transpose(v, order);
+      flat.push_back(g.b.reshape(v, {v.type.numel()}));
+    }
+    std::vector<std::pair<size_t, size_t>> aliases;
+    for (size_t m = 0; m < mutation_refs.size(); ++m) {
+      const auto& [k, j] = mutation_refs[m];
+      const auto& mutation = graph->mutations[m];
+      const Value& v = k < 0 ? g.inputs.at(j) : g.node_values.at(k).at(j);
+      if (v.name.empty()) throw lowering::Declined("an input is overwritten by an undefined value");
+      flat.push_back(g.b.reshape(v, {v.type.numel()}));
+      types.push_back(v.type);
+      // A multi-device launch donates nothing: each rank's buffers stay its own.
+      if (mutation.aliased && group.empty()) aliases.emplace_back(mutation.input, mutation.slot);
+    }
+    for (const Value& f : flags) {
+      flat.push_back(f);
+      types.push_back(f.type);
+    }
+    std::string mlir = g.b.module(flat, aliases);
+    Runtime::get().count("compiled_graphs");
+    // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
+    if (const char* dir = std::getenv("TORCH_TPU_DUMP_DIR"); dir && *dir) {
+      std::filesystem::create_directories(dir);
+      std::ofstream(std::filesystem::path(dir) / ("graph_" + key.substr(0, 16) + ".mlir")) << mlir;
+    }
+    runtime::ProgramSpec spec(std::move(mlir), types, messages);
+    layouts.resize(types.size());
+    spec.output_strides = std::move(layouts);
+    return spec;
+  };
+  if (group.empty()) {
+    graph->program = Runtime::get().program(graph->key, build, /*indexed=*/true, &source);
+  } else {
+    graph->spec = std::make_shared<const runtime::ProgramSpec>(build());
+    for (auto& m : graph->mutations) m.aliased = false;
+  }
   graph->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   auto& runtime = Runtime::get();
   switch (source) {
@@ -281,8 +296,26 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
   return graph;
 }
 
-// Runs a compiled graph on tpu tensors; returns its outputs (None where the graph returns None).
-py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inputs) {
+// A graph with collectives: this rank's part of the one launch over the
+// group's devices (the calling thread's group of that name: each rank's own);
+// nothing when the ranks' graphs differ.
+std::optional<std::vector<pjrt::BufferPtr>> launch_over_group(const GraphProgram& graph,
+                                                              std::vector<pjrt::BufferPtr> args, int dev) {
+  auto group = c10d::resolve_process_group(graph.group);
+  auto backend = group->getBackend(c10::DeviceType::PrivateUse1);
+  auto* tpu = dynamic_cast<distributed::ProcessGroupTPU*>(backend.get());
+  TORCH_CHECK(tpu, "torch_tpu: ", graph.name, " holds collectives of process group '", graph.group,
+              "', whose tpu backend is ", backend->getBackendName(), ", not torch_tpu's \"tpu\"");
+  Runtime::get().count("collective::compiled_graph");
+  auto spec = graph.spec;
+  return tpu->launch({graph.key, graph.name + " on tpu:" + std::to_string(dev), [spec] { return *spec; }, dev,
+                      std::move(args), /*may_diverge=*/true});
+}
+
+// Runs a compiled graph on tpu tensors; returns its outputs (None where the
+// graph returns None), or None when it holds collectives and the ranks'
+// graphs differ (the caller runs it eagerly).
+py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inputs) {
   auto& runtime = Runtime::get();
   int dev = 0;
   std::vector<pjrt::BufferPtr> buffers;
@@ -321,15 +354,23 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
   }
   std::vector<pjrt::BufferPtr> results;
   try {
-    results = runtime.execute_now(*graph.program, buffers, dev, graph.name.c_str(), true, keep);
+    if (graph.group.empty()) {
+      results = runtime.execute_now(*graph.program, buffers, dev, graph.name.c_str(), true, keep);
+    } else if (auto launched = launch_over_group(graph, std::move(buffers), dev)) {
+      results = std::move(*launched);
+    } else {
+      return py::none();
+    }
   } catch (const runtime::OutOfMemory& e) {  // refused before running: nothing was donated
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  in ", graph.name);
   }
+  const auto& out_types = graph.spec ? graph.spec->outputs : graph.program->outputs;
+  const auto& checks = graph.spec ? graph.spec->checks : graph.program->checks;
+  const auto& strides = graph.spec ? graph.spec->output_strides : graph.program->output_strides;
   for (const auto& m : graph.mutations) aten::write_dense(inputs[m.input], results.at(m.slot));
   if (donated) runtime.count("donated_buffers", donated);
-  const size_t n = results.size() - graph.program->checks.size();
-  for (size_t j = 0; j < graph.program->checks.size(); ++j)
-    runtime.defer_check(results[n + j], graph.program->checks[j]);
+  const size_t n = results.size() - checks.size();
+  for (size_t j = 0; j < checks.size(); ++j) runtime.defer_check(results[n + j], checks[j]);
   if (runtime.mode() == runtime::EagerMode::Debug) runtime.verify_checks();
   py::list out;
   for (int slot : graph.output_slots) {
@@ -337,8 +378,7 @@ py::list run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& inp
       out.append(py::none());
       continue;
     }
-    const TensorType& t = graph.program->outputs.at(slot);
-    const auto& strides = graph.program->output_strides;
+    const TensorType& t = out_types.at(slot);
     out.append(aten::wrap_buffer(
         results.at(slot), t.shape, aten::to_scalar_type(t.dtype), dev,
         static_cast<size_t>(slot) < strides.size() ? at::IntArrayRef(strides[slot]) : at::IntArrayRef()));
@@ -352,7 +392,8 @@ void bind_graph(py::module& m) {
   py::class_<GraphProgram, std::shared_ptr<GraphProgram>>(m, "_GraphProgram")
       .def_readonly("source", &GraphProgram::source)
       .def_readonly("compile_ms", &GraphProgram::compile_ms);
-  m.def("_compile_graph", &compile_graph);
+  m.def("_compile_graph", &compile_graph, py::arg("key"), py::arg("inputs"), py::arg("nodes"), py::arg("outputs"),
+        py::arg("output_strides"), py::arg("num_keys"), py::arg("mutations"), py::arg("group") = "");
   m.def("_run_graph", &run_graph);
 }
 

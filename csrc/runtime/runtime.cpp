@@ -359,6 +359,7 @@ ProgramPtr Runtime::multi_device_program(const std::string& key, const std::vect
   auto program = std::make_shared<Program>();
   program->outputs = std::move(spec.outputs);
   program->checks = std::move(spec.checks);
+  program->output_strides = std::move(spec.output_strides);
   program->output_bytes = output_bytes(program->outputs);
   program->mlir = std::move(spec.mlir);
   program->devices = devices;

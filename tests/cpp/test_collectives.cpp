@@ -3,8 +3,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "collectives/programs.h"
+#include "collectives/rendezvous.h"
 #include "plugin_fixture.h"
 
 namespace torch_tpu {
@@ -166,6 +168,39 @@ TEST(Collectives, RefusesBadCallsAndLaunches) {
   auto b1 = c.buffer_from_host(&v, PJRT_Buffer_Type_F32, {1}, c.devices()[1]);
   EXPECT_THROW(exe->execute_on_devices({{b0->raw()}, {b1->raw()}}), pjrt::Error);
   EXPECT_THROW(exe->execute_on_devices({{b0->raw()}, {}, {}, {}}), std::invalid_argument);
+}
+
+// Ranks launching different programs: a mismatch naming each rank's call, or,
+// when every launch may run its own eager form instead (compiled graphs),
+// Diverged on every rank. Nothing runs either way.
+TEST(Collectives, RendezvousTellsDivergedGraphsFromMismatches) {
+  auto outcome = [](bool rank1_may_diverge) {
+    auto group = collectives::Rendezvous::of("test-diverge", 2);
+    static uint64_t seq = 0;
+    const uint64_t s = seq++;
+    std::vector<std::string> got(2);
+    auto rank = [&](int r) {
+      collectives::Rendezvous::Launch l{"graph|" + std::to_string(r), "graph " + std::to_string(r), nullptr, r, {},
+                                        r == 0 || rank1_may_diverge};
+      try {
+        group->launch(s, r, std::move(l), std::chrono::seconds(10));
+        got[r] = "ran";
+      } catch (const collectives::Diverged&) {
+        got[r] = "diverged";
+      } catch (const collectives::GroupError& e) {
+        got[r] = e.what();
+      }
+    };
+    std::thread other(rank, 1);
+    rank(0);
+    other.join();
+    return got;
+  };
+  EXPECT_EQ(outcome(true), (std::vector<std::string>{"diverged", "diverged"}));
+  for (const auto& message : outcome(false)) {
+    EXPECT_NE(message.find("made different collective calls"), std::string::npos) << message;
+    EXPECT_NE(message.find("rank 1: graph 1"), std::string::npos) << message;
+  }
 }
 
 TEST(Collectives, PortableProgramRunsOnEveryDevice) {

@@ -3,6 +3,7 @@ device each): every collective against values computed on CPU, subgroups,
 DTensor on 1-D and 2-D meshes, and the errors of bad calls; each test through
 both transports (XLA collective programs, and host staging through gloo)."""
 
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -247,18 +248,57 @@ def test_fsdp2_matches_one_process_on_the_full_batch():
         torch.testing.assert_close(got, want.detach().cpu(), rtol=1e-5, atol=1e-6)
 
 
-def test_compiled_graph_with_functional_collectives():
+def compiled_collectives(x, y):
+    import torch.distributed._functional_collectives as funcol
+
+    world = dist.group.WORLD
+    s = funcol.all_reduce(x * 2, "sum", world)
+    m = funcol.all_reduce(x, "max", world)
+    g = funcol.all_gather_tensor(s, 0, world)
+    r = funcol.reduce_scatter_tensor(g.reshape(-1, 5) * y.sum(), "avg", 0, world)
+    a = funcol.all_to_all_single(g, None, None, world)
+    b = funcol.broadcast(x, 2, world)
+    dist.all_reduce(y)  # in place: Dynamo traces it as a functional collective and a copy
+    return s + 1, m, g, r, a, b
+
+
+def test_compiled_graph_runs_its_collectives_in_its_program(transport):
+    def body(rank):
+        x, y = rank_input(rank, (4, 5)).to("tpu"), rank_input(rank + 10, (2,)).to("tpu")
+        y2 = y.clone()
+        got = torch.compile(compiled_collectives, backend="tpu")(x, y)
+        want = compiled_collectives(x, y2)
+        return [t.cpu() for t in got + (y,)], [t.cpu() for t in want + (y2,)]
+
+    before = torch_tpu.metrics().get("collective::compiled_graph", 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ranks = run_threads(body)
+    eager = [str(w.message) for w in caught if "runs eagerly" in str(w.message)]
+    for got, want in ranks:
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    launched = torch_tpu.metrics().get("collective::compiled_graph", 0) - before
+    if transport == "xla":  # one program per rank, launched together: no eager fallback
+        assert not eager and launched == WORLD
+    else:  # processes cannot share a program: the graph runs eagerly, with a warning naming why
+        assert launched == 0 and any("host staging" in m for m in eager)
+
+
+def test_compiled_graphs_that_differ_between_ranks_run_eagerly(transport):
     import torch.distributed._functional_collectives as funcol
 
     def body(rank):
         @torch.compile(backend="tpu")
-        def f(x):
-            return funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
+        def f(x):  # the rank is a constant of each rank's graph
+            return funcol.all_reduce(x * (dist.get_rank() + 1), "sum", dist.group.WORLD) + 1
 
-        return f(torch.full((3,), float(rank), device="tpu")).cpu()  # the graph runs eagerly (a warning says so)
+        return f(torch.ones(3, device="tpu")).cpu()
 
-    for out in run_threads(body):
-        assert out.tolist() == [13.0, 13.0, 13.0]
+    expected = "compiled different graphs" if transport == "xla" else "host staging"
+    with pytest.warns(UserWarning, match=expected):
+        ranks = run_threads(body)
+    assert all(out.tolist() == [11.0, 11.0, 11.0] for out in ranks)
 
 
 def test_mismatched_calls_raise_naming_every_rank():

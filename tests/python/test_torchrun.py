@@ -39,13 +39,13 @@ def test_data_parallel_training_matches_one_process_on_the_full_batch(tmp_path, 
     assert result["losses"][-1] < result["losses"][0]
 
 
-def test_mismatched_shapes_across_processes_raise_on_every_rank(tmp_path):
+def test_mismatched_shapes_and_a_dead_rank_raise_clear_errors(tmp_path):
     script = tmp_path / "mismatch.py"
     script.write_text(
         textwrap.dedent(
             """
-            import torch, torch.distributed as dist
-            dist.init_process_group("tpu")
+            import os, time, datetime, torch, torch.distributed as dist
+            dist.init_process_group("tpu", timeout=datetime.timedelta(seconds=20))
             rank = dist.get_rank()
             try:
                 dist.all_reduce(torch.ones(4 + rank, device="tpu"))
@@ -54,12 +54,20 @@ def test_mismatched_shapes_across_processes_raise_on_every_rank(tmp_path):
             t = torch.ones(2, device="tpu")
             dist.all_reduce(t)  # the group stays usable
             print(f"rank {rank} then summed {t.cpu().tolist()}", flush=True)
-            dist.destroy_process_group()
+            if rank == 1:
+                os._exit(0)  # dies without a word (exit code 0: torchrun lets rank 0 go on)
+            time.sleep(1)
+            start = time.monotonic()
+            try:
+                dist.all_reduce(t)
+            except RuntimeError as e:
+                print(f"rank 0 after {time.monotonic() - start:.0f} s: {e}", flush=True)
             """
         )
     )
     r = torchrun(script, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "The process of rank 1 (pid" in r.stdout and "has exited" in r.stdout, r.stdout[-3000:]
     for rank in (0, 1):
         assert (
             f"rank {rank} raised: torch_tpu: the ranks of a process group made different collective calls" in r.stdout
