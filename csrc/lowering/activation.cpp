@@ -214,7 +214,37 @@ std::vector<Value> logit_backward(LoweringContext& c) {
 
 }  // namespace
 
+// glu(self, dim): the first half along dim times the sigmoid of the second.
+std::pair<Value, Value> halves(LoweringContext& c, const Value& x, int64_t dim_arg) {
+  const int64_t d = normalize_dim(dim_arg, x.rank()), half = x.shape()[d] / 2;
+  std::vector<int64_t> start(x.rank(), 0), mid = x.shape(), step(x.rank(), 1);
+  mid[d] = half;
+  std::vector<int64_t> second = start;
+  second[d] = half;
+  return {c.b.slice(x, start, mid, step), c.b.slice(x, second, x.shape(), step)};
+}
+
+std::vector<Value> glu(LoweringContext& c) {
+  Value x = c.b.cast(c.tensor(0), c.out().dtype);
+  auto [a, b] = halves(c, x, c.has(1) ? c.integer(1) : -1);
+  return {c.b.binary(Binary::Multiply, a, c.b.unary(stablehlo::Unary::Logistic, b))};
+}
+
+// glu_backward(grad_output, self, dim): d/da = g * s, d/db = g * a * s * (1 - s), s = sigmoid(b).
+std::vector<Value> glu_backward(LoweringContext& c) {
+  Value x = c.b.cast(c.tensor(1), c.out().dtype), g = c.b.cast(c.tensor(0), c.out().dtype);
+  const int64_t d = normalize_dim(c.integer(2), x.rank());
+  auto [a, b] = halves(c, x, d);
+  Value s = c.b.unary(stablehlo::Unary::Logistic, b);
+  Value ga = c.b.binary(Binary::Multiply, g, s);
+  Value gb = c.b.binary(Binary::Multiply, c.b.binary(Binary::Multiply, ga, a),
+                        c.b.binary(Binary::Subtract, c.b.constant(1, s.type), s));
+  return {c.b.concatenate({ga, gb}, d)};
+}
+
 LOWERING("aten::leaky_relu", leaky_relu);
+LOWERING("aten::glu", glu);
+LOWERING("aten::glu_backward", glu_backward);
 LOWERING("aten::leaky_relu_backward", leaky_relu_backward);
 LOWERING("aten::gelu", gelu);
 LOWERING("aten::gelu_backward", gelu_backward);

@@ -435,12 +435,119 @@ std::vector<Value> atan(LoweringContext& c) {
   return {c.b.select(c.b.compare(stablehlo::Compare::NE, x, x), x, r)};  // NaN stays NaN
 }
 
+// A low-precision float operand widened to float32: PyTorch's kernels
+// compute a formula of several steps there and round once.
+Value computed(LoweringContext& c, const Value& x) {
+  return x.dtype() == DType::BFloat16 || x.dtype() == DType::Float16 ? c.b.convert(x, DType::Float32) : x;
+}
+
+// logaddexp(a, b) = log(exp(a) + exp(b)), as PyTorch computes it: the larger
+// plus log1p(exp(-|a - b|)), and equal infinities give themselves.
+// logaddexp2 is the same in base 2.
+LoweringRule logaddexp(bool base2) {
+  return [base2](LoweringContext& c) -> std::vector<Value> {
+    Value a = computed(c, c.operand_as_output(0)), b = computed(c, c.operand_as_output(1));
+    auto k = [&](double v) { return c.b.constant(v, a.type); };
+    Value m = maximum(c.b, a, b);
+    Value d = c.b.unary(Unary::Negate, c.b.unary(Unary::Abs, c.b.binary(Binary::Subtract, a, b)));
+    Value tail = base2 ? c.b.binary(Binary::Divide,
+                                    c.b.unary(Unary::Log1p, c.b.unary(Unary::Exp, c.b.binary(Binary::Multiply, d,
+                                                                                               k(M_LN2)))),
+                                    k(M_LN2))
+                       : c.b.unary(Unary::Log1p, c.b.unary(Unary::Exp, d));
+    Value same_inf = c.b.binary(Binary::And, c.b.compare(stablehlo::Compare::EQ, a, b),
+                                c.b.compare(stablehlo::Compare::EQ, c.b.unary(Unary::Abs, a), k(INFINITY)));
+    return {c.b.cast(c.b.select(same_inf, a, c.b.binary(Binary::Add, m, tail)), c.out().dtype)};
+  };
+}
+
+// fmax / fmin: a NaN operand loses to a number (maximum / minimum propagate it).
+LoweringRule nan_ignoring(bool max) {
+  return [max](LoweringContext& c) -> std::vector<Value> {
+    Value a = c.operand_as_output(0), b = c.operand_as_output(1);
+    Value m = max ? maximum(c.b, a, b) : minimum(c.b, a, b);
+    if (!stablehlo::is_float(a.dtype())) return {m};
+    m = c.b.select(c.b.compare(stablehlo::Compare::NE, a, a), b, m);
+    return {c.b.select(c.b.compare(stablehlo::Compare::NE, b, b), a, m)};
+  };
+}
+
+// Whether the sign bit of float `x` is set (-0.0 and -NaN included).
+Value sign_bit(Builder& b, const Value& x) {
+  const DType bits = stablehlo::byte_size(x.dtype()) == 2   ? DType::Int16
+                     : stablehlo::byte_size(x.dtype()) == 4 ? DType::Int32
+                                                            : DType::Int64;
+  Value i = b.bitcast_convert(x, {bits, x.shape()});
+  return b.compare(stablehlo::Compare::LT, i, b.constant(0, i.type));
+}
+
+// copysign(a, b): |a| with b's sign bit.
+std::vector<Value> copysign(LoweringContext& c) {
+  Value a = c.operand_as_output(0), b = c.operand_as_output(1), magnitude = c.b.unary(Unary::Abs, a);
+  return {c.b.select(sign_bit(c.b, b), c.b.unary(Unary::Negate, magnitude), magnitude)};
+}
+
+// a << b and a >> b on integers. StableHLO's shifts already give what
+// PyTorch's kernels define for amounts past the width or negative (read as
+// huge unsigned): 0 to the left, the sign to the right.
+LoweringRule shift(bool left) {
+  return [left](LoweringContext& c) -> std::vector<Value> {
+    Value a = c.operand_as_output(0), b = c.operand_as_output(1);
+    const bool is_unsigned = a.dtype() == DType::UInt8 || a.dtype() == DType::Bool;
+    const Binary op = left ? Binary::ShiftLeft : is_unsigned ? Binary::ShiftRightLogical : Binary::ShiftRightArithmetic;
+    return {c.b.binary(op, a, b)};
+  };
+}
+
+// rsub(self, other, alpha) = other - alpha * self.
+std::vector<Value> rsub(LoweringContext& c) {
+  Value a = c.operand_as_output(0), b = c.operand_as_output(1);
+  if (c.has(2) && !c.is_number(2, 1)) a = c.b.binary(Binary::Multiply, a, c.value_as(2, c.out()));
+  return {c.b.binary(Binary::Subtract, b, a)};
+}
+
+// heaviside(x, values): values where x is 0, else x > 0.
+std::vector<Value> heaviside(LoweringContext& c) {
+  Value x = c.operand_as_output(0), v = c.operand_as_output(1), zero = c.b.constant(0, x.type);
+  Value step = c.b.convert(c.b.compare(stablehlo::Compare::GT, x, zero), x.dtype());
+  return {c.b.select(c.b.compare(stablehlo::Compare::EQ, x, zero), v, step)};
+}
+
+// sinc(x) = sin(pi x) / (pi x), 1 at 0.
+std::vector<Value> sinc(LoweringContext& c) {
+  Value x = computed(c, c.operand_as_output(0));
+  Value px = c.b.binary(Binary::Multiply, x, c.b.constant(M_PI, x.type));
+  Value r = c.b.binary(Binary::Divide, c.b.unary(Unary::Sin, px), px);
+  r = c.b.select(c.b.compare(stablehlo::Compare::EQ, x, c.b.constant(0, x.type)), c.b.constant(1, x.type), r);
+  return {c.b.cast(r, c.out().dtype)};
+}
+
 // zero(self): zeros of self's shape and dtype.
 std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())}; }
 
 }  // namespace
 
 LOWERING("aten::add.Tensor", add);
+LOWERING("aten::rsub.Tensor", rsub);
+LOWERING("aten::rsub.Scalar", rsub);
+LOWERING("aten::logaddexp", logaddexp(false));
+LOWERING("aten::logaddexp2", logaddexp(true));
+LOWERING("aten::fmax", nan_ignoring(true));
+LOWERING("aten::fmin", nan_ignoring(false));
+LOWERING("aten::copysign.Tensor", copysign);
+LOWERING("aten::copysign.Scalar", copysign);
+LOWERING("aten::__lshift__.Tensor", shift(true));
+LOWERING("aten::__lshift__.Scalar", shift(true));
+LOWERING("aten::__rshift__.Tensor", shift(false));
+LOWERING("aten::__rshift__.Scalar", shift(false));
+LOWERING("aten::bitwise_left_shift.Tensor", shift(true));
+LOWERING("aten::bitwise_left_shift.Tensor_Scalar", shift(true));
+LOWERING("aten::bitwise_left_shift.Scalar_Tensor", shift(true));
+LOWERING("aten::bitwise_right_shift.Tensor", shift(false));
+LOWERING("aten::bitwise_right_shift.Tensor_Scalar", shift(false));
+LOWERING("aten::bitwise_right_shift.Scalar_Tensor", shift(false));
+LOWERING("aten::heaviside", heaviside);
+LOWERING("aten::sinc", sinc);
 LOWERING("aten::add.Scalar", add);
 LOWERING("aten::sub.Tensor", sub);
 LOWERING("aten::sub.Scalar", sub);

@@ -72,6 +72,41 @@ std::vector<Value> index_select(LoweringContext& c) {
   return {c.b.reshape(take_along(c.b, x, dim, index), c.out().shape)};
 }
 
+// take(self, index): self's elements in row-major order, picked by `index`
+// (negative counts from the end), in index's shape.
+std::vector<Value> take(LoweringContext& c) {
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  const int64_t n = c.tensor(0).type.numel();
+  Value flat = c.b.reshape(c.tensor(0), {n});
+  Value index = c.b.cast(c.tensor(1), DType::Int64);
+  c.check_indices(index, n, true, "out of range: tried to access an index outside a tensor of " + std::to_string(n) +
+                                      " elements (in take)");
+  Value wrapped = c.b.select(c.b.compare(stablehlo::Compare::LT, index, c.b.constant(0, index.type)),
+                             c.b.binary(stablehlo::Binary::Add, index, c.b.constant(n, index.type)), index);
+  return {c.b.reshape(c.b.gather_1d(flat, wrapped), c.out().shape)};
+}
+
+// put(self, index, source, accumulate): take's inverse, self's elements in
+// row-major order written (or added) at `index`; take's gradient.
+std::vector<Value> put(LoweringContext& c) {
+  const int64_t n = c.tensor(0).type.numel(), m = c.tensor(1).type.numel();
+  Value flat = c.b.reshape(c.b.cast(c.tensor(0), c.out().dtype), {n});
+  if (m == 0) return {c.b.reshape(flat, c.out().shape)};
+  Value index = c.b.reshape(c.b.cast(c.tensor(1), DType::Int64), {m});
+  c.check_indices(index, n, true, "out of range: tried to access an index outside a tensor of " + std::to_string(n) +
+                                      " elements (in put_)");
+  index = c.b.select(c.b.compare(stablehlo::Compare::LT, index, c.b.constant(0, index.type)),
+                     c.b.binary(stablehlo::Binary::Add, index, c.b.constant(n, index.type)), index);
+  Value source = c.b.reshape(c.b.cast(c.tensor(2), c.out().dtype), {m});
+  if (!(c.has(3) && c.args[3].b)) return {c.b.reshape(c.b.scatter_1d(flat, index, source), c.out().shape)};
+  ScatterDims dims;
+  dims.inserted_window_dims = {0};
+  dims.scatter_dims_to_operand_dims = {0};
+  dims.index_vector_dim = 1;
+  return {c.b.reshape(c.b.scatter(flat, c.b.reshape(index, {m, 1}), source, dims, ScatterCombine::Add),
+                      c.out().shape)};
+}
+
 // embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): rows of weight.
 std::vector<Value> embedding(LoweringContext& c) {
   if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
@@ -394,6 +429,8 @@ std::vector<Value> embedding_dense_backward(LoweringContext& c) {
 }  // namespace
 
 LOWERING("aten::index_select", index_select);
+LOWERING("aten::take", take);
+LOWERING("aten::put", put);
 LOWERING("aten::embedding", embedding);
 LOWERING("aten::embedding_dense_backward", embedding_dense_backward);
 LOWERING("aten::gather", gather);

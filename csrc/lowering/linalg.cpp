@@ -28,6 +28,36 @@ std::vector<Value> addmm(LoweringContext& c) {
   return {c.b.binary(stablehlo::Binary::Add, self, p)};
 }
 
+// addmv(self [n], mat [n, k], vec [k], *, beta, alpha) = beta * self + alpha * (mat @ vec)
+std::vector<Value> addmv(LoweringContext& c) {
+  DType t = c.out().dtype;
+  Value p = c.b.dot_general(c.b.cast(c.tensor(1), t), c.b.cast(c.tensor(2), t), {}, {}, {1}, {0});
+  if (c.has(4) && c.number(4) != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(c.number(4), p.type));
+  if (c.has(3) && c.number(3) == 0) return {p};  // self is ignored, NaN included
+  Value self = c.operand_as_output(0);
+  if (c.has(3) && c.number(3) != 1)
+    self = c.b.binary(stablehlo::Binary::Multiply, self, c.b.constant(c.number(3), p.type));
+  return {c.b.binary(stablehlo::Binary::Add, self, p)};
+}
+
+// linalg_cross(self, other, dim): the cross product of 3-vectors along `dim`.
+std::vector<Value> linalg_cross(LoweringContext& c) {
+  Value a = c.operand_as_output(0), b = c.operand_as_output(1);
+  const int64_t rank = a.rank(), d = normalize_dim(c.has(2) ? c.integer(2) : -1, rank);
+  auto component = [&](const Value& x, int64_t i) {
+    std::vector<int64_t> start(rank, 0), limit = x.shape(), step(rank, 1);
+    start[d] = i;
+    limit[d] = i + 1;
+    return c.b.slice(x, start, limit, step);
+  };
+  auto term = [&](int64_t i, int64_t j) {  // a_i b_j - a_j b_i
+    return c.b.binary(stablehlo::Binary::Subtract,
+                      c.b.binary(stablehlo::Binary::Multiply, component(a, i), component(b, j)),
+                      c.b.binary(stablehlo::Binary::Multiply, component(a, j), component(b, i)));
+  };
+  return {c.b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, d)};
+}
+
 // dot(self [n], tensor [n]) -> 0-d
 std::vector<Value> dot(LoweringContext& c) {
   if (c.tensor(0).dtype() != c.tensor(1).dtype()) throw Declined("dot: mixed dtypes");
@@ -104,6 +134,8 @@ LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
 LOWERING("aten::dot", dot);
+LOWERING("aten::addmv", addmv);
+LOWERING("aten::linalg_cross", linalg_cross);
 LOWERING("aten::_grouped_mm", grouped_mm);
 
 }  // namespace torch_tpu::lowering

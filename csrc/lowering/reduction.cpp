@@ -374,7 +374,33 @@ std::vector<Value> histc(LoweringContext& c) {
 
 }  // namespace
 
+// count_nonzero.dim_IntList(self, dim) / count_nonzero(self, dim?): int64 counts.
+std::vector<Value> count_nonzero(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  std::vector<int64_t> dims;
+  if (c.has(1) && c.args[1].kind == LoweringArg::Int) {
+    if (x.rank() > 0) dims.push_back(normalize_dim(c.integer(1), x.rank()));
+  }
+  else
+    dims = reduced_dims(c, 1, x.rank());
+  Value nonzero = c.b.convert(c.b.compare(stablehlo::Compare::NE, x, c.b.constant(0, x.type)), DType::Int64);
+  return {c.b.reshape(c.b.reduce(nonzero, c.b.scalar(0, DType::Int64), dims, Binary::Add), c.out().shape)};
+}
+
+// trace(self): the sum of a matrix's diagonal, accumulated as sum is.
+std::vector<Value> trace(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  DType acc = accumulation_type(c.out().dtype);
+  Value diagonal = c.b.compare(stablehlo::Compare::EQ, c.b.iota({DType::Int64, x.shape()}, 0),
+                               c.b.iota({DType::Int64, x.shape()}, 1));
+  Value kept = c.b.select(diagonal, accumulated_input(c, 0), c.b.constant(0, {acc, x.shape()}));
+  return {c.b.cast(c.b.reduce(kept, c.b.scalar(0, acc), {0, 1}, Binary::Add), c.out().dtype)};
+}
+
 LOWERING("aten::sum.dim_IntList", sum);
+LOWERING("aten::count_nonzero.dim_IntList", count_nonzero);
+LOWERING("aten::count_nonzero", count_nonzero);
+LOWERING("aten::trace", trace);
 LOWERING("aten::sum", sum_all);
 LOWERING("aten::mean.dim", mean);
 LOWERING("aten::mean", mean_all);

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import assert_same
+from conftest import assert_same, compare_fn
 
 import torch_tpu
 
@@ -154,3 +154,64 @@ def test_where_maximum_minimum_log_rsqrt():
     assert_same(torch.minimum(a.to("tpu"), b.to("tpu")), torch.minimum(a, b))
     assert_same(torch.log(a.to("tpu")), torch.log(a))
     assert_same(torch.rsqrt(a.to("tpu")), torch.rsqrt(a))
+
+
+def _values(dtype, shape=(5, 6), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        x = torch.randn(shape, generator=g) * 3
+        x.view(-1)[:4] = torch.tensor([0.0, -0.0, float("inf"), float("nan")])
+        return x.to(dtype)
+    return torch.randint(-20, 20, shape, generator=g).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "fn",
+    [torch.logaddexp, torch.logaddexp2, torch.fmax, torch.fmin, torch.copysign, torch.heaviside,
+     lambda a, b: torch.rsub(a, b, alpha=2), lambda a, b: torch.copysign(a, -2.0), lambda a, b: torch.sinc(a)],
+    ids=["logaddexp", "logaddexp2", "fmax", "fmin", "copysign", "heaviside", "rsub", "copysign_scalar", "sinc"],
+)  # fmt: skip
+def test_binary_ops_lowered_natively(fn, dtype):
+    a, b = _values(dtype, seed=1), _values(dtype, seed=2)
+    b.view(-1)[4:8] = torch.tensor([float("inf"), 0.0, float("nan"), -0.0])  # equal infinities, NaN on either side
+    a.view(-1)[4:6] = torch.tensor([float("inf"), 0.0])
+    tol = {"rtol": 1e-6, "atol": 1e-6} if dtype == torch.float32 else {}
+    no_grad = fn is torch.heaviside  # PyTorch has no derivative for it
+    compare_fn(fn, a, b, tol={**tol, "equal_nan": True}, grad_args=() if no_grad else None)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_shifts_and_integer_ops_lowered_natively(dtype):
+    a = torch.randint(0, 100, (5, 6)).to(dtype) if dtype == torch.uint8 else _values(dtype)
+    s = torch.tensor([0, 1, 3, 7, 9, 2]).to(dtype)  # 9: past uint8's width
+    compare_fn(lambda x, y: x << y, a, s)
+    compare_fn(lambda x, y: x >> y, a, s)
+    compare_fn(lambda x, y: torch.bitwise_left_shift(x, 2) + torch.bitwise_right_shift(x, 1), a, s)
+    compare_fn(lambda x, y: torch.fmax(x, y) - torch.fmin(x, y), a, s)
+    compare_fn(lambda x, y: torch.count_nonzero(x, dim=1) + torch.count_nonzero(x), a, s)
+    compare_fn(lambda x, y: torch.trace(x), a, s)
+    compare_fn(lambda x, y: torch.rsub(x, y, alpha=3), a, s)
+
+
+def test_linear_algebra_and_indexing_ops_lowered_natively():
+    m, v, c = _values(torch.float32, (4, 6), 3).nan_to_num(), torch.randn(6), torch.randn(4)
+    compare_fn(lambda c, m, v: torch.addmv(c, m, v, beta=0.5, alpha=2), c, m, v, tol={"rtol": 1e-5, "atol": 1e-5})
+    nan_self = {"rtol": 1e-5, "atol": 1e-5, "equal_nan": True}  # ignored by the product; its grad is NaN on CPU too
+    compare_fn(lambda c, m, v: torch.addmv(c * float("nan"), m, v, beta=0), c, m, v, tol=nan_self)
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    compare_fn(lambda a, b: torch.linalg.cross(a, b, dim=1), a, b, tol={"rtol": 1e-6, "atol": 1e-6})
+    compare_fn(lambda a: torch.nn.functional.glu(a, dim=1), torch.randn(3, 8, 2), tol={"rtol": 1e-6, "atol": 1e-6})
+    compare_fn(lambda a: torch.trace(a), torch.randn(5, 3), tol={"rtol": 1e-6, "atol": 1e-6})
+    idx = torch.tensor([[0, -1], [23, -24]])
+    compare_fn(lambda a, i: torch.take(a, i), torch.randn(4, 6), idx)
+    put = torch.tensor([[1, -1], [1, 5]])  # a repeated index: accumulated
+    compare_fn(lambda a, i, s: (a * 1.0).put_(i, s, accumulate=True), torch.randn(2, 3), put, torch.randn(2, 2))
+    compare_fn(lambda a, i, s: a.put(i[:, :1], s[:, :1]), torch.randn(2, 3), put, torch.randn(2, 2))
+
+
+def test_take_out_of_range_raises():
+    import torch_tpu
+
+    with torch_tpu.set_fallback("error"), pytest.raises(IndexError, match="out of range"):
+        torch.take(torch.zeros(2, 3, device="tpu"), torch.tensor([6], device="tpu")).cpu()
