@@ -450,11 +450,11 @@ LoweringRule logaddexp(bool base2) {
     auto k = [&](double v) { return c.b.constant(v, a.type); };
     Value m = maximum(c.b, a, b);
     Value d = c.b.unary(Unary::Negate, c.b.unary(Unary::Abs, c.b.binary(Binary::Subtract, a, b)));
-    Value tail = base2 ? c.b.binary(Binary::Divide,
-                                    c.b.unary(Unary::Log1p, c.b.unary(Unary::Exp, c.b.binary(Binary::Multiply, d,
-                                                                                               k(M_LN2)))),
-                                    k(M_LN2))
-                       : c.b.unary(Unary::Log1p, c.b.unary(Unary::Exp, d));
+    Value tail =
+        base2 ? c.b.binary(Binary::Divide,
+                           c.b.unary(Unary::Log1p, c.b.unary(Unary::Exp, c.b.binary(Binary::Multiply, d, k(M_LN2)))),
+                           k(M_LN2))
+              : c.b.unary(Unary::Log1p, c.b.unary(Unary::Exp, d));
     Value same_inf = c.b.binary(Binary::And, c.b.compare(stablehlo::Compare::EQ, a, b),
                                 c.b.compare(stablehlo::Compare::EQ, c.b.unary(Unary::Abs, a), k(INFINITY)));
     return {c.b.cast(c.b.select(same_inf, a, c.b.binary(Binary::Add, m, tail)), c.out().dtype)};

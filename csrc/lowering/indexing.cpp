@@ -47,6 +47,8 @@ Value as_column(Builder& b, const Value& index) {
 
 // ---------------------------------------------------------- along one dim
 
+}  // namespace
+
 // x.shape[:dim] + index.shape + x.shape[dim+1:]: the rows of `dim` picked by `index`.
 Value take_along(Builder& b, const Value& x, int64_t dim, const Value& index) {
   const int64_t r = x.rank(), n = index.rank();
@@ -60,6 +62,8 @@ Value take_along(Builder& b, const Value& x, int64_t dim, const Value& index) {
   sizes[dim] = 1;
   return b.gather(x, b.cast(index, DType::Int64), g, sizes);
 }
+
+namespace {
 
 // index_select(self, dim, index)
 std::vector<Value> index_select(LoweringContext& c) {
@@ -79,8 +83,9 @@ std::vector<Value> take(LoweringContext& c) {
   const int64_t n = c.tensor(0).type.numel();
   Value flat = c.b.reshape(c.tensor(0), {n});
   Value index = c.b.cast(c.tensor(1), DType::Int64);
-  c.check_indices(index, n, true, "out of range: tried to access an index outside a tensor of " + std::to_string(n) +
-                                      " elements (in take)");
+  c.check_indices(
+      index, n, true,
+      "out of range: tried to access an index outside a tensor of " + std::to_string(n) + " elements (in take)");
   Value wrapped = c.b.select(c.b.compare(stablehlo::Compare::LT, index, c.b.constant(0, index.type)),
                              c.b.binary(stablehlo::Binary::Add, index, c.b.constant(n, index.type)), index);
   return {c.b.reshape(c.b.gather_1d(flat, wrapped), c.out().shape)};
@@ -93,8 +98,9 @@ std::vector<Value> put(LoweringContext& c) {
   Value flat = c.b.reshape(c.b.cast(c.tensor(0), c.out().dtype), {n});
   if (m == 0) return {c.b.reshape(flat, c.out().shape)};
   Value index = c.b.reshape(c.b.cast(c.tensor(1), DType::Int64), {m});
-  c.check_indices(index, n, true, "out of range: tried to access an index outside a tensor of " + std::to_string(n) +
-                                      " elements (in put_)");
+  c.check_indices(
+      index, n, true,
+      "out of range: tried to access an index outside a tensor of " + std::to_string(n) + " elements (in put_)");
   index = c.b.select(c.b.compare(stablehlo::Compare::LT, index, c.b.constant(0, index.type)),
                      c.b.binary(stablehlo::Binary::Add, index, c.b.constant(n, index.type)), index);
   Value source = c.b.reshape(c.b.cast(c.tensor(2), c.out().dtype), {m});
@@ -103,8 +109,7 @@ std::vector<Value> put(LoweringContext& c) {
   dims.inserted_window_dims = {0};
   dims.scatter_dims_to_operand_dims = {0};
   dims.index_vector_dim = 1;
-  return {c.b.reshape(c.b.scatter(flat, c.b.reshape(index, {m, 1}), source, dims, ScatterCombine::Add),
-                      c.out().shape)};
+  return {c.b.reshape(c.b.scatter(flat, c.b.reshape(index, {m, 1}), source, dims, ScatterCombine::Add), c.out().shape)};
 }
 
 // embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): rows of weight.

@@ -380,8 +380,7 @@ std::vector<Value> count_nonzero(LoweringContext& c) {
   std::vector<int64_t> dims;
   if (c.has(1) && c.args[1].kind == LoweringArg::Int) {
     if (x.rank() > 0) dims.push_back(normalize_dim(c.integer(1), x.rank()));
-  }
-  else
+  } else
     dims = reduced_dims(c, 1, x.rank());
   Value nonzero = c.b.convert(c.b.compare(stablehlo::Compare::NE, x, c.b.constant(0, x.type)), DType::Int64);
   return {c.b.reshape(c.b.reduce(nonzero, c.b.scalar(0, DType::Int64), dims, Binary::Add), c.out().shape)};

@@ -136,6 +136,10 @@ Value highest(Builder& b, DType t);
 Value maximum(Builder& b, const Value& l, const Value& r);
 Value minimum(Builder& b, const Value& l, const Value& r);
 
+// x.shape[:dim] + index.shape + x.shape[dim+1:]: the rows of `dim` of `x`
+// picked by the integer `index` (in range).
+Value take_along(Builder& b, const Value& x, int64_t dim, const Value& index);
+
 // Inclusive scan of `x` along `dim` with the associative `op` and its identity.
 Value scan(Builder& b, Value x, int64_t dim, stablehlo::Binary op, double identity);
 // "l goes before r" when sorting (a sort comparator): NaN above every number,

@@ -99,6 +99,68 @@ std::vector<Value> constant_pad_nd(LoweringContext& c) {
   return {c.b.pad(x, value, low, high, interior)};
 }
 
+// Where each position of a dimension of n elements padded by (low, high)
+// reads from: mirrored at the edges (reflection) or clamped (replication).
+std::vector<int64_t> pad_sources(int64_t n, int64_t low, int64_t high, bool reflect) {
+  std::vector<int64_t> sources;
+  for (int64_t j = 0; j < n + low + high; ++j) {
+    int64_t i = j - low;
+    if (reflect) {
+      i = i < 0 ? -i : i;
+      i = i >= n ? 2 * (n - 1) - i : i;
+    }
+    sources.push_back(std::clamp<int64_t>(i, 0, n - 1));
+  }
+  return sources;
+}
+
+// reflection_pad{1,2,3}d / replication_pad{1,2,3}d(self, padding): pairs
+// (low, high) from the last dimension backwards; each padded dimension is a
+// gather of fixed positions.
+LoweringRule edge_pad(bool reflect) {
+  return [reflect](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.tensor(0);
+    const auto& pad = c.ints(1);
+    if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+    for (size_t k = 0; k < pad.size() / 2; ++k) {
+      const int64_t d = x.rank() - 1 - static_cast<int64_t>(k);
+      auto sources = pad_sources(x.shape()[d], pad[2 * k], pad[2 * k + 1], reflect);
+      const int64_t m = static_cast<int64_t>(sources.size());
+      x = take_along(c.b, x, d, c.b.constant_array_int(sources, {DType::Int64, {m}}));
+    }
+    return {x};
+  };
+}
+
+// reflection_pad*_backward / replication_pad*_backward(grad_output, self,
+// padding): each padded dimension's gradient added back where it was read.
+LoweringRule edge_pad_backward(bool reflect) {
+  return [reflect](LoweringContext& c) -> std::vector<Value> {
+    // Low-precision floats add up in float32 and round once, as CPU's kernel does.
+    const DType out = c.out().dtype, acc = out == DType::BFloat16 || out == DType::Float16 ? DType::Float32 : out;
+    Value g = c.b.cast(c.b.cast(c.tensor(0), out), acc);
+    const Shape& in = c.tensor(1).shape();
+    const auto& pad = c.ints(2);
+    if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+    for (size_t k = 0; k < pad.size() / 2; ++k) {
+      const int64_t d = g.rank() - 1 - static_cast<int64_t>(k);
+      auto sources = pad_sources(in[d], pad[2 * k], pad[2 * k + 1], reflect);
+      const int64_t m = static_cast<int64_t>(sources.size());
+      Shape shape = g.shape();
+      shape[d] = in[d];
+      stablehlo::ScatterDims dims;
+      for (int64_t e = 0; e < g.rank(); ++e)
+        if (e != d) dims.update_window_dims.push_back(e);
+      dims.inserted_window_dims = {d};
+      dims.scatter_dims_to_operand_dims = {d};
+      dims.index_vector_dim = 1;
+      g = c.b.scatter(c.b.constant(0, {g.dtype(), shape}), c.b.constant_array_int(sources, {DType::Int64, {m, 1}}), g,
+                      dims, stablehlo::ScatterCombine::Add);
+    }
+    return {c.b.cast(g, out)};
+  };
+}
+
 // repeat(self, repeats): self (with leading 1s added) broadcast into
 // [r0, s0, r1, s1, ...] and merged pairwise into [r0*s0, r1*s1, ...].
 std::vector<Value> repeat(LoweringContext& c) {
@@ -167,6 +229,18 @@ LOWERING("aten::roll", roll);
 LOWERING("aten::triu", triangle(Compare::GE));
 LOWERING("aten::tril", triangle(Compare::LE));
 LOWERING("aten::constant_pad_nd", constant_pad_nd);
+LOWERING("aten::reflection_pad1d", edge_pad(true));
+LOWERING("aten::reflection_pad1d_backward", edge_pad_backward(true));
+LOWERING("aten::reflection_pad2d", edge_pad(true));
+LOWERING("aten::reflection_pad2d_backward", edge_pad_backward(true));
+LOWERING("aten::reflection_pad3d", edge_pad(true));
+LOWERING("aten::reflection_pad3d_backward", edge_pad_backward(true));
+LOWERING("aten::replication_pad1d", edge_pad(false));
+LOWERING("aten::replication_pad1d_backward", edge_pad_backward(false));
+LOWERING("aten::replication_pad2d", edge_pad(false));
+LOWERING("aten::replication_pad2d_backward", edge_pad_backward(false));
+LOWERING("aten::replication_pad3d", edge_pad(false));
+LOWERING("aten::replication_pad3d_backward", edge_pad_backward(false));
 LOWERING("aten::repeat", repeat);
 LOWERING("aten::slice_scatter", slice_scatter);
 LOWERING("aten::select_scatter", select_scatter);

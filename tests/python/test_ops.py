@@ -215,3 +215,13 @@ def test_take_out_of_range_raises():
 
     with torch_tpu.set_fallback("error"), pytest.raises(IndexError, match="out of range"):
         torch.take(torch.zeros(2, 3, device="tpu"), torch.tensor([6], device="tpu")).cpu()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize(
+    "shape,pad", [((2, 3, 7), (2, 3)), ((2, 3, 7), (-1, 2)), ((1, 2, 5, 6), (1, 2, 3, 0)), ((1, 1, 3, 4, 5), (1, 1, 2, 2, 0, 2))]
+)  # fmt: skip
+def test_reflection_and_replication_padding(mode, shape, pad, dtype):
+    tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {}  # CPU adds bf16 gradients in bf16
+    compare_fn(lambda x: torch.nn.functional.pad(x, pad, mode=mode), torch.randn(shape).to(dtype), tol=tol)
