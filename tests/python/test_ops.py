@@ -220,8 +220,9 @@ def test_take_out_of_range_raises():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("mode", ["reflect", "replicate"])
 @pytest.mark.parametrize(
-    "shape,pad", [((2, 3, 7), (2, 3)), ((2, 3, 7), (-1, 2)), ((1, 2, 5, 6), (1, 2, 3, 0)), ((1, 1, 3, 4, 5), (1, 1, 2, 2, 0, 2))]
-)  # fmt: skip
+    "shape,pad",
+    [((2, 3, 7), (2, 3)), ((2, 3, 7), (-1, 2)), ((1, 2, 5, 6), (1, 2, 3, 0)), ((1, 1, 3, 4, 5), (1, 1, 2, 2, 0, 2))],
+)
 def test_reflection_and_replication_padding(mode, shape, pad, dtype):
     tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {}  # CPU adds bf16 gradients in bf16
     compare_fn(lambda x: torch.nn.functional.pad(x, pad, mode=mode), torch.randn(shape).to(dtype), tol=tol)
