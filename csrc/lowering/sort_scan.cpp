@@ -135,6 +135,114 @@ std::vector<Value> mode(LoweringContext& c) {
   return {b.reshape(b.cast(value, c.out(0).dtype), c.out(0).shape), b.reshape(index, c.out(1).shape)};
 }
 
+// Of each slice of sorted `s` (and its source positions `p`) along `dim`, the
+// entry at the per-slice position `at` (a value per slice, shaped as the
+// slices' reduction): picked by a mask, so other entries (NaN) cannot leak in.
+std::pair<Value, Value> pick(Builder& b, const Value& s, const Value& p, int64_t dim, const Value& at) {
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < s.rank(); ++d)
+    if (d != dim) kept.push_back(d);
+  Value here = b.compare(Compare::EQ, b.iota({DType::Int64, s.shape()}, dim), b.broadcast_in_dim(at, s.shape(), kept));
+  Value value = b.reduce(b.select(here, s, b.constant(0, s.type)), b.constant(0, {s.dtype(), {}}), {dim}, Binary::Add);
+  Value index =
+      b.reduce(b.select(here, p, b.constant_int(0, p.type)), b.constant_int(0, {DType::Int64, {}}), {dim}, Binary::Add);
+  return {value, index};
+}
+
+// kthvalue(self, k, dim=-1, keepdim): the k-th smallest along dim (NaN above
+// every number) and its index.
+std::vector<Value> kthvalue(LoweringContext& c) {
+  Value x = c.tensor(0);
+  if (x.rank() == 0) x = c.b.reshape(x, {1});
+  const int64_t dim = normalize_dim(c.has(2) ? c.integer(2) : -1, x.rank());
+  auto [s, p] = sorted(c.b, x, dim, false);
+  Shape reduced = s.shape();
+  reduced.erase(reduced.begin() + dim);
+  auto [v, i] = pick(c.b, s, p, dim, c.b.constant_int(c.integer(1) - 1, {DType::Int64, reduced}));
+  return {c.b.reshape(v, c.out(0).shape), c.b.reshape(i, c.out(1).shape)};
+}
+
+// median / nanmedian with or without dim: the lower of the two middle values
+// and its index. median returns the first NaN of a slice that has one;
+// nanmedian the middle of the numbers (a NaN if there are none).
+LoweringRule median(bool ignore_nan, bool with_dim) {
+  return [ignore_nan, with_dim](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.tensor(0);
+    if (!with_dim) x = c.b.reshape(x, {x.type.numel()});
+    if (x.rank() == 0) x = c.b.reshape(x, {1});
+    const int64_t dim = with_dim ? normalize_dim(c.integer(1), x.rank()) : 0, n = x.shape()[dim];
+    if (n == 0) throw Declined("median of an empty slice");
+    auto [s, p] = sorted(c.b, x, dim, false);
+    Value numbers = c.b.reduce(c.b.convert(c.b.compare(Compare::EQ, x, x), DType::Int64),
+                               c.b.constant_int(0, {DType::Int64, {}}), {dim}, Binary::Add);
+    const TensorType counts = numbers.type;
+    auto k = [&](int64_t v) { return c.b.constant_int(v, counts); };
+    Value middle = c.b.binary(Binary::Divide, c.b.binary(Binary::Subtract, numbers, k(1)), k(2));
+    Value at = ignore_nan ? c.b.select(c.b.compare(Compare::EQ, numbers, k(0)), k(0), middle)
+                          : c.b.select(c.b.compare(Compare::LT, numbers, k(n)), numbers, k((n - 1) / 2));
+    auto [v, i] = pick(c.b, s, p, dim, at);
+    if (!with_dim) return {c.b.reshape(v, c.out(0).shape)};
+    return {c.b.reshape(v, c.out(0).shape), c.b.reshape(i, c.out(1).shape)};
+  };
+}
+
+// searchsorted(sorted_sequence, self, out_int32, right, side, sorter) and
+// bucketize(self, boundaries, out_int32, right): how many entries of the
+// sequence (the last dimension of each batch) come before each value, as a
+// binary search counts them (a NaN value goes after everything).
+Value count_before(Builder& b, Value seq, Value values, bool right) {
+  const DType t = promote_types(seq.dtype(), values.dtype());
+  seq = b.cast(seq, t);
+  values = b.cast(values, t);
+  const int64_t m = seq.shape().back(), r = values.rank();
+  Shape shape = values.shape();
+  shape.push_back(m);
+  std::vector<int64_t> value_dims, seq_dims;
+  for (int64_t d = 0; d < r; ++d) value_dims.push_back(d);
+  if (seq.rank() == 1) {
+    seq_dims = {r};
+  } else {  // batched: seq [..., m] against values [..., k]
+    for (int64_t d = 0; d < r - 1; ++d) seq_dims.push_back(d);
+    seq_dims.push_back(r);
+  }
+  Value at_or_after = b.compare(right ? Compare::GT : Compare::GE, b.broadcast_in_dim(seq, shape, seq_dims),
+                                b.broadcast_in_dim(values, shape, value_dims));
+  Value before = b.convert(b.unary(stablehlo::Unary::Not, at_or_after), DType::Int64);
+  return b.reduce(before, b.constant_int(0, {DType::Int64, {}}), {r}, Binary::Add);
+}
+
+// x[..., index[..., j]] for every j: each batch gathers with its own index.
+// Picked by a mask (x [..., m] against index [..., k]), so other entries (NaN) cannot leak in.
+Value gather_last(Builder& b, const Value& x, const Value& index) {
+  const int64_t r = x.rank(), m = x.shape().back();
+  Shape shape = index.shape();
+  shape.push_back(m);
+  std::vector<int64_t> x_dims, index_dims;
+  for (int64_t d = 0; d < r - 1; ++d) x_dims.push_back(d);
+  x_dims.push_back(r);
+  for (int64_t d = 0; d < r; ++d) index_dims.push_back(d);
+  Value here = b.compare(Compare::EQ, b.iota({DType::Int64, shape}, r),
+                         b.broadcast_in_dim(b.cast(index, DType::Int64), shape, index_dims));
+  Value picked = b.select(here, b.broadcast_in_dim(x, shape, x_dims), b.constant(0, {x.dtype(), shape}));
+  return b.reduce(picked, b.constant(0, {x.dtype(), {}}), {r}, Binary::Add);
+}
+
+std::vector<Value> searchsorted(LoweringContext& c) {
+  Value seq = c.tensor(0);
+  if (c.has(5)) seq = gather_last(c.b, seq, c.tensor(5));  // sorter: the order that sorts seq
+  Value values = c.args[1].kind == LoweringArg::Tensor ? c.tensor(1) : c.value_as(1, {seq.dtype(), {}});
+  const bool right = (c.has(3) && c.args[3].b) || c.string(4) == "right";
+  Value v = values.rank() == 0 ? c.b.reshape(values, {1}) : values;
+  return {c.b.reshape(c.b.cast(count_before(c.b, seq, v, right), c.out().dtype), c.out().shape)};
+}
+
+std::vector<Value> bucketize(LoweringContext& c) {
+  Value values = c.args[0].kind == LoweringArg::Tensor ? c.tensor(0) : c.value_as(0, {c.tensor(1).dtype(), {}});
+  Value v = values.rank() == 0 ? c.b.reshape(values, {1}) : values;
+  const bool right = c.has(3) && c.args[3].b;
+  return {c.b.reshape(c.b.cast(count_before(c.b, c.tensor(1), v, right), c.out().dtype), c.out().shape)};
+}
+
 }  // namespace
 
 LOWERING("aten::mode", mode);
@@ -143,5 +251,14 @@ LOWERING("aten::cumprod", cumulative(Binary::Multiply, 1));
 LOWERING("aten::sort.stable", sort_stable);
 LOWERING("aten::sort", sort);
 LOWERING("aten::topk", topk);
+LOWERING("aten::kthvalue", kthvalue);
+LOWERING("aten::median", median(false, false));
+LOWERING("aten::median.dim", median(false, true));
+LOWERING("aten::nanmedian", median(true, false));
+LOWERING("aten::nanmedian.dim", median(true, true));
+LOWERING("aten::searchsorted.Tensor", searchsorted);
+LOWERING("aten::searchsorted.Scalar", searchsorted);
+LOWERING("aten::bucketize.Tensor", bucketize);
+LOWERING("aten::bucketize.Scalar", bucketize);
 
 }  // namespace torch_tpu::lowering

@@ -226,3 +226,35 @@ def test_take_out_of_range_raises():
 def test_reflection_and_replication_padding(mode, shape, pad, dtype):
     tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {}  # CPU adds bf16 gradients in bf16
     compare_fn(lambda x: torch.nn.functional.pad(x, pad, mode=mode), torch.randn(shape).to(dtype), tol=tol)
+
+
+def test_order_statistics_and_searches_lowered_natively():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 7, generator=g)
+    nan = x.clone()
+    nan[1, 3] = nan[1, 5] = float("nan")  # median returns the first NaN, nanmedian skips them
+    seq, batched = torch.sort(torch.randn(10, generator=g))[0], torch.sort(torch.randn(3, 10, generator=g), -1)[0]
+    values = torch.randn(3, 4, generator=g)
+    values[0, 0] = float("nan")  # a NaN value goes after everything
+    unsorted = torch.randn(10, generator=g)
+    cases = [
+        lambda d: torch.kthvalue(x.to(d), 3, dim=1),
+        lambda d: torch.kthvalue(nan.to(d), 7, dim=1, keepdim=True),
+        lambda d: torch.median(nan.to(d), dim=1),
+        lambda d: torch.median(nan.to(d)),
+        lambda d: torch.median(x.to(d), dim=0),
+        lambda d: torch.nanmedian(nan.to(d), dim=1),
+        lambda d: torch.nanmedian(nan.to(d)),
+        lambda d: torch.searchsorted(seq.to(d), values.to(d)),
+        lambda d: torch.searchsorted(seq.to(d), values.to(d), side="right", out_int32=True),
+        lambda d: torch.searchsorted(batched.to(d), values.to(d), right=True),
+        lambda d: torch.searchsorted(seq.to(d), 0.3),
+        lambda d: torch.searchsorted(unsorted.to(d), values.to(d), sorter=torch.argsort(unsorted).to(d)),
+        lambda d: torch.bucketize(values.to(d), seq.to(d), right=True),
+        lambda d: torch.bucketize(torch.tensor([1, 5, 9]).to(d), torch.tensor([0, 5, 10]).to(d), out_int32=True),
+    ]
+    with torch_tpu.set_fallback("error"):
+        for i, case in enumerate(cases):
+            want, got = case("cpu"), case("tpu")
+            for w, t in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
+                torch.testing.assert_close(t.cpu(), w, rtol=0, atol=0, equal_nan=True, msg=f"case {i}")
