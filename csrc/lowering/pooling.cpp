@@ -241,6 +241,15 @@ LoweringRule avg_pool_backward(size_t n) {
   };
 }
 
+// Whether every spatial size of `in` is a multiple of `out`'s (then the
+// windows are a plain reduce_window).
+bool evenly_pooled(const Shape& in, const Shape& out, size_t n) {
+  if (in.size() != n + 1 && in.size() != n + 2) return true;  // adaptive_window refuses it
+  for (size_t i = in.size() - n; i < in.size(); ++i)
+    if (out[i] <= 0 || in[i] % out[i] != 0) return false;
+  return true;
+}
+
 // The window of an adaptive average pool from `in` to `out` when every
 // spatial size divides evenly: then PyTorch's windows are exactly these.
 Window adaptive_window(const Shape& in, const Shape& out, size_t n) {
@@ -266,6 +275,52 @@ double window_size(const Window& w) {
   return k;
 }
 
+// Any sizes: PyTorch's window j of a dimension of a elements pooled to o
+// spans [floor(j a / o), ceil((j + 1) a / o)). Each spatial dimension is a
+// contraction with its 0/1 membership matrix [a, o] (the windows' sums, one
+// dimension at a time), then the sums are divided by the windows' areas.
+struct AdaptiveWindows {
+  std::vector<Value> members;  // per spatial dimension, [a, o] of the accumulation type
+  Value area;                  // [o1, ..., on]
+};
+
+AdaptiveWindows adaptive_windows(Builder& b, const Shape& in, const Shape& out, size_t lead, DType t) {
+  AdaptiveWindows w;
+  std::vector<double> area{1};
+  Shape area_shape;
+  for (size_t i = lead; i < in.size(); ++i) {
+    const int64_t a = in[i], o = out[i];
+    std::vector<double> member(a * o, 0), lengths;
+    for (int64_t j = 0; j < o; ++j) {
+      const int64_t start = j * a / o, end = ((j + 1) * a + o - 1) / o;
+      for (int64_t k = start; k < end; ++k) member[k * o + j] = 1;
+      lengths.push_back(static_cast<double>(end - start));
+    }
+    w.members.push_back(b.constant_array(member, {t, {a, o}}));
+    std::vector<double> next;
+    for (double x : area)
+      for (double l : lengths) next.push_back(x * l);
+    area = std::move(next);
+    area_shape.push_back(o);
+  }
+  w.area = b.constant_array(area, {t, area_shape});
+  return w;
+}
+
+// x [lead..., s1, ..., sn] contracted with one matrix per spatial dimension
+// (its dimension `from`): [lead..., t1, ..., tn].
+Value contract_spatial(Builder& b, Value x, const std::vector<Value>& matrices, size_t lead, int64_t from) {
+  for (const Value& m : matrices)
+    x = b.dot_general(x, m, {}, {}, {static_cast<int64_t>(lead)}, {from});  // moves the dimension to the end
+  return x;
+}
+
+Value divided_by_area(Builder& b, const Value& x, const Value& area, size_t lead) {
+  std::vector<int64_t> dims;
+  for (int64_t d = static_cast<int64_t>(lead); d < x.rank(); ++d) dims.push_back(d);
+  return b.binary(Binary::Divide, x, b.broadcast_in_dim(area, x.shape(), dims));
+}
+
 // _adaptive_avg_pool{2,3}d(self, output_size)
 LoweringRule adaptive_avg_pool(size_t n) {
   return [n](LoweringContext& c) -> std::vector<Value> {
@@ -273,8 +328,14 @@ LoweringRule adaptive_avg_pool(size_t n) {
     require_float(x, "adaptive_avg_pool");
     const TensorType& out = c.out();
     if (out.numel() == 0 || x.type.numel() == 0) throw Declined("adaptive_avg_pool: empty");
-    Window w = adaptive_window(x.shape(), out.shape, n);
     DType t = accumulation_type(out.dtype);
+    if (!evenly_pooled(x.shape(), out.shape, n)) {
+      const size_t lead = x.rank() - n;
+      AdaptiveWindows w = adaptive_windows(c.b, x.shape(), out.shape, lead, t);
+      Value sums = contract_spatial(c.b, c.b.cast(x, t), w.members, lead, 0);
+      return {c.b.cast(divided_by_area(c.b, sums, w.area, lead), out.dtype)};
+    }
+    Window w = adaptive_window(x.shape(), out.shape, n);
     Value sums = window_sums(c.b, c.b.cast(x, t), w, out.shape);
     return {c.b.cast(c.b.binary(Binary::Divide, sums, c.b.constant(window_size(w), sums.type)), out.dtype)};
   };
@@ -287,9 +348,15 @@ LoweringRule adaptive_avg_pool_backward(size_t n) {
     require_float(x, "adaptive_avg_pool backward");
     const TensorType& in = c.out();
     if (in.numel() == 0 || grad.type.numel() == 0) throw Declined("adaptive_avg_pool backward: empty");
-    Window w = adaptive_window(x.shape(), grad.shape(), n);
     DType t = accumulation_type(in.dtype);
     Value g = c.b.cast(grad, t);
+    if (!evenly_pooled(x.shape(), grad.shape(), n)) {
+      const size_t lead = x.rank() - n;
+      AdaptiveWindows w = adaptive_windows(c.b, x.shape(), grad.shape(), lead, t);
+      Value spread = contract_spatial(c.b, divided_by_area(c.b, g, w.area, lead), w.members, lead, 1);
+      return {c.b.cast(spread, in.dtype)};
+    }
+    Window w = adaptive_window(x.shape(), grad.shape(), n);
     Value per_element = c.b.binary(Binary::Divide, g, c.b.constant(window_size(w), g.type));
     return {c.b.cast(window_sums_backward(c.b, per_element, w, in.shape), in.dtype)};
   };

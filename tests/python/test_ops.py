@@ -259,3 +259,22 @@ def test_order_statistics_and_searches_lowered_natively():
             want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
             for w, t in zip(want, got, strict=True):
                 torch.testing.assert_close(t.cpu(), w, rtol=0, atol=0, equal_nan=True, msg=f"case {i}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape,size",
+    [
+        ((2, 3, 7, 5), (3, 2)),
+        ((3, 7, 9), (4, 5)),
+        ((1, 2, 5, 6, 7), (2, 3, 4)),
+        ((2, 5, 11), (4,)),
+        ((1, 1, 4, 6), (8, 9)),
+    ],
+)
+def test_adaptive_average_pooling_of_any_size(shape, size, dtype):
+    pool = {1: torch.nn.functional.adaptive_avg_pool1d, 2: torch.nn.functional.adaptive_avg_pool2d}.get(
+        len(size), torch.nn.functional.adaptive_avg_pool3d
+    )
+    tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-6, "atol": 1e-6}
+    compare_fn(lambda x: pool(x, size), torch.randn(shape).to(dtype), tol=tol)
