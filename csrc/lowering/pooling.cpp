@@ -130,29 +130,119 @@ LoweringRule max_pool_with_indices(size_t n) {
 
 // max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
 // ceil_mode, indices): each gradient added into its plane at the index the forward chose.
+// The gradient of a max pool with `indices` (each output's flat position in
+// its input plane): grad added back at those positions, plane by plane.
+Value indexed_gradient(LoweringContext& c, const Value& grad, const Value& indices, size_t n) {
+  const TensorType& in = c.out();
+  if (in.rank() != static_cast<int64_t>(n) + 1 && in.rank() != static_cast<int64_t>(n) + 2)
+    throw Declined("max_pool backward: input of rank " + std::to_string(in.rank()));
+  const size_t lead = static_cast<size_t>(in.rank()) - n;
+  int64_t planes = 1, plane = 1;
+  for (size_t d = 0; d < lead; ++d) planes *= in.shape[d];
+  for (size_t d = lead; d < in.shape.size(); ++d) plane *= in.shape[d];
+  const int64_t per_plane = grad.type.numel() / planes, total = grad.type.numel();
+  TensorType grid{DType::Int64, {planes, per_plane}};
+  Value offset = c.b.binary(Binary::Multiply, c.b.iota(grid, 0), c.b.constant_int(plane, grid));
+  Value flat = c.b.binary(Binary::Add, c.b.reshape(c.b.cast(indices, DType::Int64), grid.shape), offset);
+  stablehlo::ScatterDims s;
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  Value updates = c.b.reshape(c.b.cast(grad, in.dtype), {total});
+  Value result = c.b.scatter(c.b.constant(0, {in.dtype, {planes * plane}}), c.b.reshape(flat, {total, 1}), updates, s,
+                             stablehlo::ScatterCombine::Add);
+  return c.b.reshape(result, in.shape);
+}
+
 LoweringRule max_pool_backward(size_t n) {
   return [n](LoweringContext& c) -> std::vector<Value> {
-    const TensorType& in = c.out();
     const Value &grad = c.tensor(0), &indices = c.tensor(7);
-    if (in.numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, in)};
-    if (in.rank() != static_cast<int64_t>(n) + 1 && in.rank() != static_cast<int64_t>(n) + 2)
-      throw Declined("max_pool backward: input of rank " + std::to_string(in.rank()));
-    const size_t lead = static_cast<size_t>(in.rank()) - n;
-    int64_t planes = 1, plane = 1;
-    for (size_t d = 0; d < lead; ++d) planes *= in.shape[d];
-    for (size_t d = lead; d < in.shape.size(); ++d) plane *= in.shape[d];
-    const int64_t per_plane = grad.type.numel() / planes, total = grad.type.numel();
-    TensorType grid{DType::Int64, {planes, per_plane}};
-    Value offset = c.b.binary(Binary::Multiply, c.b.iota(grid, 0), c.b.constant_int(plane, grid));
-    Value flat = c.b.binary(Binary::Add, c.b.reshape(c.b.cast(indices, DType::Int64), grid.shape), offset);
-    stablehlo::ScatterDims s;
-    s.inserted_window_dims = {0};
-    s.scatter_dims_to_operand_dims = {0};
-    s.index_vector_dim = 1;
-    Value updates = c.b.reshape(c.b.cast(grad, in.dtype), {total});
-    Value result = c.b.scatter(c.b.constant(0, {in.dtype, {planes * plane}}), c.b.reshape(flat, {total, 1}), updates, s,
-                               stablehlo::ScatterCombine::Add);
-    return {c.b.reshape(result, in.shape)};
+    if (c.out().numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, c.out())};
+    return {indexed_gradient(c, grad, indices, n)};
+  };
+}
+
+// adaptive_max_pool{2,3}d(self, output_size) -> (values, indices): window j
+// of a dimension of a elements pooled to o spans [floor(j a / o),
+// ceil((j + 1) a / o)). Each spatial dimension gathers its windows padded to
+// the longest (by repeating a window's last element), then one reduction
+// keeps the largest value with the first index, or a NaN with the last (as
+// CPU's scan in row-major order does).
+LoweringRule adaptive_max_pool(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.tensor(0);
+    const TensorType& out = c.out(0);
+    if (out.numel() == 0 || x.type.numel() == 0) throw Declined("adaptive_max_pool: empty");
+    if (x.rank() != static_cast<int64_t>(n) + 1 && x.rank() != static_cast<int64_t>(n) + 2)
+      throw Declined("adaptive_max_pool: input of rank " + std::to_string(x.rank()));
+    const int64_t lead = x.rank() - static_cast<int64_t>(n);
+    // Each element's flat position in its plane, gathered alongside.
+    Shape spatial(x.shape().begin() + lead, x.shape().end());
+    Value position = c.b.constant_int(0, {DType::Int64, spatial});
+    int64_t stride = 1;
+    for (int64_t d = static_cast<int64_t>(n) - 1; d >= 0; --d) {
+      TensorType t{DType::Int64, spatial};
+      position =
+          c.b.binary(Binary::Add, position, c.b.binary(Binary::Multiply, c.b.iota(t, d), c.b.constant_int(stride, t)));
+      stride *= spatial[d];
+    }
+    std::vector<int64_t> spatial_dims;
+    for (int64_t d = lead; d < x.rank(); ++d) spatial_dims.push_back(d);
+    position = c.b.broadcast_in_dim(position, x.shape(), spatial_dims);
+    Shape windows(x.shape().begin(), x.shape().begin() + lead);
+    std::vector<int64_t> reduced;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t d = lead + static_cast<int64_t>(i), a = spatial[i], o = out.shape[d];
+      int64_t longest = 0;
+      for (int64_t j = 0; j < o; ++j) longest = std::max(longest, ((j + 1) * a + o - 1) / o - j * a / o);
+      std::vector<int64_t> sources;
+      for (int64_t j = 0; j < o; ++j) {
+        const int64_t start = j * a / o, end = ((j + 1) * a + o - 1) / o;
+        for (int64_t l = 0; l < longest; ++l) sources.push_back(std::min(start + l, end - 1));
+      }
+      Value index = c.b.constant_array_int(sources, {DType::Int64, {o * longest}});
+      x = take_along(c.b, x, d, index);
+      position = take_along(c.b, position, d, index);
+      windows.push_back(o);
+      windows.push_back(longest);
+      reduced.push_back(lead + 2 * static_cast<int64_t>(i) + 1);
+    }
+    // [lead..., o1 * L1, ...] -> [lead..., o1, L1, ...]: the window positions are reduced.
+    Shape split(x.shape().begin(), x.shape().begin() + lead);
+    for (size_t i = 0; i < n; ++i) {
+      split.push_back(windows[lead + 2 * i]);
+      split.push_back(windows[lead + 2 * i + 1]);
+    }
+    x = c.b.reshape(x, split);
+    position = c.b.reshape(position, split);
+    const bool is_float = stablehlo::is_float(x.dtype());
+    auto best = c.b.reduce({x, position}, {lowest(c.b, x.dtype()), c.b.constant_int(INT64_MAX, {DType::Int64, {}})},
+                           reduced, [is_float](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+                             // a[0], a[1]: one candidate (value, position); a[2], a[3]: the other.
+                             Value greater = r.compare(stablehlo::Compare::GT, a[0], a[2]);
+                             Value tie = r.binary(Binary::And, r.compare(stablehlo::Compare::EQ, a[0], a[2]),
+                                                  r.compare(stablehlo::Compare::LT, a[1], a[3]));
+                             Value first = r.binary(Binary::Or, greater, tie);
+                             if (is_float) {
+                               Value nan0 = r.compare(stablehlo::Compare::NE, a[0], a[0]),
+                                     nan2 = r.compare(stablehlo::Compare::NE, a[2], a[2]);
+                               Value later_nan = r.binary(Binary::And, nan0,
+                                                          r.binary(Binary::Or, r.unary(stablehlo::Unary::Not, nan2),
+                                                                   r.compare(stablehlo::Compare::GT, a[1], a[3])));
+                               first = r.select(r.binary(Binary::Or, nan0, nan2), later_nan, first);
+                             }
+                             return {r.select(first, a[0], a[2]), r.select(first, a[1], a[3])};
+                           });
+    return {c.b.reshape(best[0], out.shape), c.b.reshape(best[1], c.out(1).shape)};
+  };
+}
+
+// adaptive_max_pool{2,3}d_backward(grad_output, self, indices)
+LoweringRule adaptive_max_pool_backward(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value &grad = c.tensor(0), &indices = c.tensor(2);
+    if (c.out().numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, c.out())};
+    return {indexed_gradient(c, grad, indices, n)};
   };
 }
 
@@ -373,6 +463,10 @@ LOWERING("aten::avg_pool3d", avg_pool(3));
 LOWERING("aten::avg_pool2d_backward", avg_pool_backward(2));
 LOWERING("aten::avg_pool3d_backward", avg_pool_backward(3));
 LOWERING("aten::_adaptive_avg_pool2d", adaptive_avg_pool(2));
+LOWERING("aten::adaptive_max_pool2d", adaptive_max_pool(2));
+LOWERING("aten::adaptive_max_pool3d", adaptive_max_pool(3));
+LOWERING("aten::adaptive_max_pool2d_backward", adaptive_max_pool_backward(2));
+LOWERING("aten::adaptive_max_pool3d_backward", adaptive_max_pool_backward(3));
 LOWERING("aten::_adaptive_avg_pool3d", adaptive_avg_pool(3));
 LOWERING("aten::_adaptive_avg_pool2d_backward", adaptive_avg_pool_backward(2));
 LOWERING("aten::_adaptive_avg_pool3d_backward", adaptive_avg_pool_backward(3));

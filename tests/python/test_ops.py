@@ -278,3 +278,19 @@ def test_adaptive_average_pooling_of_any_size(shape, size, dtype):
     )
     tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-6, "atol": 1e-6}
     compare_fn(lambda x: pool(x, size), torch.randn(shape).to(dtype), tol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape,size", [((2, 3, 7, 5), (3, 2)), ((1, 2, 5, 6, 7), (2, 3, 4)), ((2, 5, 11), (4,)), ((1, 1, 4, 6), (8, 9))]
+)
+def test_adaptive_max_pooling_values_indices_and_gradient(shape, size, dtype):
+    pool = {1: torch.nn.functional.adaptive_max_pool1d, 2: torch.nn.functional.adaptive_max_pool2d}.get(
+        len(size), torch.nn.functional.adaptive_max_pool3d
+    )
+    x = torch.randn(shape).to(dtype)
+    x.view(-1)[3] = x.view(-1)[5] = float("nan")  # the last NaN of a window wins, as in CPU's scan
+    x.view(-1)[7] = float("-inf")
+    with torch_tpu.set_fallback("error"):
+        assert torch.equal(pool(x.to("tpu"), size, return_indices=True)[1].cpu(), pool(x, size, return_indices=True)[1])
+    compare_fn(lambda x: pool(x, size), x, tol={"equal_nan": True})
