@@ -140,9 +140,66 @@ std::vector<Value> convolution_backward(LoweringContext& c) {
   return grads;
 }
 
+// im2col(self [N?, C, H, W], kernel_size, dilation, padding, stride) ->
+// [N?, C * kh * kw, L] (nn.Unfold): each kernel offset is a strided slice of
+// the zero-padded input; column c * kh * kw + i * kw + j holds offset (i, j).
+std::vector<Value> im2col(LoweringContext& c) {
+  Value x = c.tensor(0);
+  const bool batched = x.rank() == 4;
+  if (!batched) x = c.b.reshape(x, {1, x.shape()[0], x.shape()[1], x.shape()[2]});
+  const auto k = per_dim(c.ints(1), 2), d = per_dim(c.ints(2), 2), p = per_dim(c.ints(3), 2), s = per_dim(c.ints(4), 2);
+  const int64_t n = x.shape()[0], ch = x.shape()[1];
+  const int64_t oh = (x.shape()[2] + 2 * p[0] - d[0] * (k[0] - 1) - 1) / s[0] + 1;
+  const int64_t ow = (x.shape()[3] + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  Value padded = c.b.pad(x, c.b.scalar(0, x.dtype()), {0, 0, p[0], p[1]}, {0, 0, p[0], p[1]}, {0, 0, 0, 0});
+  std::vector<Value> offsets;
+  for (int64_t i = 0; i < k[0]; ++i)
+    for (int64_t j = 0; j < k[1]; ++j) {
+      Value block =
+          c.b.slice(padded, {0, 0, i * d[0], j * d[1]},
+                    {n, ch, i * d[0] + (oh - 1) * s[0] + 1, j * d[1] + (ow - 1) * s[1] + 1}, {1, 1, s[0], s[1]});
+      offsets.push_back(c.b.reshape(block, {n, ch, 1, oh * ow}));
+    }
+  return {c.b.reshape(c.b.concatenate(offsets, 2), c.out().shape)};
+}
+
+// col2im(self [N?, C * kh * kw, L], output_size, kernel_size, dilation,
+// padding, stride) -> [N?, C, H, W] (nn.Fold): each kernel offset's block is
+// spread by interior padding to where it came from and the blocks are added.
+std::vector<Value> col2im(LoweringContext& c) {
+  Value x = c.tensor(0);
+  const bool batched = x.rank() == 3;
+  if (!batched) x = c.b.reshape(x, {1, x.shape()[0], x.shape()[1]});
+  const auto size = per_dim(c.ints(1), 2), k = per_dim(c.ints(2), 2), d = per_dim(c.ints(3), 2),
+             p = per_dim(c.ints(4), 2), s = per_dim(c.ints(5), 2);
+  const int64_t n = x.shape()[0], ch = x.shape()[1] / (k[0] * k[1]);
+  const int64_t hp = size[0] + 2 * p[0], wp = size[1] + 2 * p[1];
+  const int64_t oh = (hp - d[0] * (k[0] - 1) - 1) / s[0] + 1, ow = (wp - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  const DType t = c.out().dtype, acc = t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t;
+  Value cols = c.b.reshape(c.b.cast(x, acc), {n, ch, k[0] * k[1], oh, ow});
+  Value sum = c.b.constant(0, {acc, {n, ch, hp, wp}});
+  for (int64_t i = 0; i < k[0]; ++i)
+    for (int64_t j = 0; j < k[1]; ++j) {
+      const int64_t o = i * k[1] + j;
+      Value block =
+          c.b.reshape(c.b.slice(cols, {0, 0, o, 0, 0}, {n, ch, o + 1, oh, ow}, {1, 1, 1, 1, 1}), {n, ch, oh, ow});
+      const int64_t top = i * d[0], left = j * d[1];
+      Value placed =
+          c.b.pad(block, c.b.scalar(0, acc), {0, 0, top, left},
+                  {0, 0, hp - top - (oh - 1) * s[0] - 1, wp - left - (ow - 1) * s[1] - 1}, {0, 0, s[0] - 1, s[1] - 1});
+      sum = c.b.binary(stablehlo::Binary::Add, sum, placed);
+    }
+  Value out = c.b.slice(sum, {0, 0, p[0], p[1]}, {n, ch, p[0] + size[0], p[1] + size[1]}, {1, 1, 1, 1});
+  return {c.b.reshape(c.b.cast(out, t), c.out().shape)};
+}
+
 }  // namespace
 
 LOWERING("aten::convolution", convolution);
 LOWERING("aten::convolution_backward", convolution_backward);
+LOWERING("aten::im2col", im2col);
+LOWERING("aten::col2im", col2im);
 
 }  // namespace torch_tpu::lowering

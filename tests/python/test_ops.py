@@ -294,3 +294,19 @@ def test_adaptive_max_pooling_values_indices_and_gradient(shape, size, dtype):
     with torch_tpu.set_fallback("error"):
         assert torch.equal(pool(x.to("tpu"), size, return_indices=True)[1].cpu(), pool(x, size, return_indices=True)[1])
     compare_fn(lambda x: pool(x, size), x, tol={"equal_nan": True})
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape,kw",
+    [
+        ((2, 3, 6, 7), {"kernel_size": 2}),
+        ((1, 2, 7, 8), {"kernel_size": (2, 3), "dilation": (2, 1), "padding": 1, "stride": (2, 3)}),
+        ((3, 5, 5), {"kernel_size": 3, "padding": 2, "stride": 2}),
+    ],
+)
+def test_unfold_and_fold(shape, kw, dtype):  # im2col and col2im, each the other's gradient
+    tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-6, "atol": 1e-6}
+    compare_fn(lambda x: torch.nn.functional.unfold(x, **kw), torch.randn(shape).to(dtype), tol=tol)
+    cols = torch.nn.functional.unfold(torch.randn(shape), **kw)
+    compare_fn(lambda c: torch.nn.functional.fold(c, shape[-2:], **kw), cols.to(dtype), tol=tol)
