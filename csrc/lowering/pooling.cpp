@@ -131,8 +131,10 @@ LoweringRule max_pool_with_indices(size_t n) {
 // max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
 // ceil_mode, indices): each gradient added into its plane at the index the forward chose.
 // The gradient of a max pool with `indices` (each output's flat position in
-// its input plane): grad added back at those positions, plane by plane.
-Value indexed_gradient(LoweringContext& c, const Value& grad, const Value& indices, size_t n) {
+// its input plane): grad added back at those positions, plane by plane, into
+// the rule's output shape (`combine` Replace: max_unpool's placement).
+Value indexed_gradient(LoweringContext& c, const Value& grad, const Value& indices, size_t n,
+                       stablehlo::ScatterCombine combine = stablehlo::ScatterCombine::Add) {
   const TensorType& in = c.out();
   if (in.rank() != static_cast<int64_t>(n) + 1 && in.rank() != static_cast<int64_t>(n) + 2)
     throw Declined("max_pool backward: input of rank " + std::to_string(in.rank()));
@@ -149,9 +151,23 @@ Value indexed_gradient(LoweringContext& c, const Value& grad, const Value& indic
   s.scatter_dims_to_operand_dims = {0};
   s.index_vector_dim = 1;
   Value updates = c.b.reshape(c.b.cast(grad, in.dtype), {total});
-  Value result = c.b.scatter(c.b.constant(0, {in.dtype, {planes * plane}}), c.b.reshape(flat, {total, 1}), updates, s,
-                             stablehlo::ScatterCombine::Add);
+  Value result =
+      c.b.scatter(c.b.constant(0, {in.dtype, {planes * plane}}), c.b.reshape(flat, {total, 1}), updates, s, combine);
   return c.b.reshape(result, in.shape);
+}
+
+// max_unpool{2,3}d(self, indices, output_size, ...): each value placed at its
+// index in a zero plane of output_size.
+LoweringRule max_unpool(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value &x = c.tensor(0), &indices = c.tensor(1);
+    if (c.out().numel() == 0 || x.type.numel() == 0) return {c.b.constant(0, c.out())};
+    int64_t plane = 1;
+    for (size_t d = c.out().shape.size() - n; d < c.out().shape.size(); ++d) plane *= c.out().shape[d];
+    c.check_indices(indices, plane, false, "max_unpool: found an invalid max index (outside the output size)",
+                    /*index_error=*/false);
+    return {indexed_gradient(c, x, indices, n, stablehlo::ScatterCombine::Replace)};
+  };
 }
 
 LoweringRule max_pool_backward(size_t n) {
@@ -464,6 +480,8 @@ LOWERING("aten::avg_pool2d_backward", avg_pool_backward(2));
 LOWERING("aten::avg_pool3d_backward", avg_pool_backward(3));
 LOWERING("aten::_adaptive_avg_pool2d", adaptive_avg_pool(2));
 LOWERING("aten::adaptive_max_pool2d", adaptive_max_pool(2));
+LOWERING("aten::max_unpool2d", max_unpool(2));
+LOWERING("aten::max_unpool3d", max_unpool(3));
 LOWERING("aten::adaptive_max_pool3d", adaptive_max_pool(3));
 LOWERING("aten::adaptive_max_pool2d_backward", adaptive_max_pool_backward(2));
 LOWERING("aten::adaptive_max_pool3d_backward", adaptive_max_pool_backward(3));

@@ -310,3 +310,18 @@ def test_unfold_and_fold(shape, kw, dtype):  # im2col and col2im, each the other
     compare_fn(lambda x: torch.nn.functional.unfold(x, **kw), torch.randn(shape).to(dtype), tol=tol)
     cols = torch.nn.functional.unfold(torch.randn(shape), **kw)
     compare_fn(lambda c: torch.nn.functional.fold(c, shape[-2:], **kw), cols.to(dtype), tol=tol)
+
+
+def test_max_unpool_places_values_at_their_indices():
+    f = torch.nn.functional
+
+    def unpooled(x):
+        v, i = f.max_pool2d(x, 2, return_indices=True)
+        return f.max_unpool2d(v, i, 2, output_size=(7, 9)) * 3
+
+    def unpooled3d(x):
+        v, i = f.max_pool3d(x, 2, return_indices=True)
+        return f.max_unpool3d(v, i, 2)
+
+    compare_fn(unpooled, torch.randn(2, 3, 6, 8))
+    compare_fn(unpooled3d, torch.randn(1, 2, 4, 4, 6))
