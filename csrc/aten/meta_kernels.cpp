@@ -1,6 +1,7 @@
 // Meta kernels (output shapes and dtypes) for ops PyTorch ships without one,
 // so that the general kernel can lower them: the fused GRU cell, which
-// nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either.
+// nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either, and
+// _logcumsumexp.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -41,6 +42,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
           has_bias ? meta_like(grad_hy, {3 * h}) : at::Tensor()};
 }
 
+// _logcumsumexp(self, dim): self's shape and dtype (logcumsumexp checks the dtype first).
+at::Tensor logcumsumexp(const at::Tensor& self, int64_t /*dim*/) { return meta_like(self, self.sizes()); }
+
 bool lacks_meta(const char* op) {
   auto handle = c10::Dispatcher::singleton().findOp({op, ""});
   return handle && !handle->hasKernelForDispatchKey(c10::DispatchKey::Meta);
@@ -57,6 +61,7 @@ void register_missing_meta_kernels() {
   if (lacks_meta("aten::_thnn_fused_gru_cell")) library->impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));
   if (lacks_meta("aten::_thnn_fused_gru_cell_backward"))
     library->impl("_thnn_fused_gru_cell_backward", TORCH_FN(fused_gru_cell_backward));
+  if (lacks_meta("aten::_logcumsumexp")) library->impl("_logcumsumexp", TORCH_FN(logcumsumexp));
 }
 
 }  // namespace torch_tpu::aten

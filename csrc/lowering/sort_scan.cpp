@@ -1,5 +1,7 @@
 // Scans (cumsum, cumprod) and sorting (sort, topk). Sorting orders NaN above
 // every number, as PyTorch does: last ascending, first descending.
+#include <cmath>
+
 #include "lowering/registry.h"
 
 namespace torch_tpu::lowering {
@@ -39,6 +41,34 @@ LoweringRule cumulative(Binary op, double identity) {
     if (x.rank() == 0) x = c.b.reshape(x, {1});
     return {c.b.reshape(c.b.cast(scan(c.b, x, dim, op, identity), c.out().dtype), c.out().shape)};
   };
+}
+
+// log(exp(a) + exp(b)) as CPU's logcumsumexp combines: the larger plus
+// log1p(exp(smaller - larger)); equal infinities give themselves; NaN wins.
+Value log_add_exp(Builder& b, const Value& x, const Value& y) {
+  Value hi = maximum(b, x, y), lo = minimum(b, x, y);
+  Value r = b.binary(Binary::Add, hi, b.unary(Unary::Log1p, b.unary(Unary::Exp, b.binary(Binary::Subtract, lo, hi))));
+  Value same_inf = b.binary(Binary::And, b.compare(Compare::EQ, lo, hi),
+                            b.compare(Compare::EQ, b.unary(Unary::Abs, lo), b.constant(INFINITY, lo.type)));
+  return b.select(same_inf, x, r);
+}
+
+// _logcumsumexp(self, dim): a Hillis-Steele scan of log_add_exp (identity
+// -inf), low-precision floats in float32.
+std::vector<Value> logcumsumexp(LoweringContext& c) {
+  Value x = c.b.cast(c.tensor(0), accumulation_type(c.out().dtype));
+  if (x.rank() == 0) x = c.b.reshape(x, {1});
+  const int64_t dim = normalize_dim(c.integer(1), x.rank()), n = x.shape()[dim];
+  for (int64_t k = 1; k < n; k *= 2) {
+    Shape pad_shape = x.shape();
+    pad_shape[dim] = k;
+    std::vector<int64_t> start(x.rank(), 0), limit = x.shape(), strides(x.rank(), 1);
+    limit[dim] = n - k;
+    Value shifted =
+        c.b.concatenate({c.b.constant(-INFINITY, {x.dtype(), pad_shape}), c.b.slice(x, start, limit, strides)}, dim);
+    x = log_add_exp(c.b, shifted, x);
+  }
+  return {c.b.reshape(c.b.cast(x, c.out().dtype), c.out().shape)};
 }
 
 }  // namespace
@@ -248,6 +278,7 @@ std::vector<Value> bucketize(LoweringContext& c) {
 LOWERING("aten::mode", mode);
 LOWERING("aten::cumsum", cumulative(Binary::Add, 0));
 LOWERING("aten::cumprod", cumulative(Binary::Multiply, 1));
+LOWERING("aten::_logcumsumexp", logcumsumexp);
 LOWERING("aten::sort.stable", sort_stable);
 LOWERING("aten::sort", sort);
 LOWERING("aten::topk", topk);

@@ -325,3 +325,13 @@ def test_max_unpool_places_values_at_their_indices():
 
     compare_fn(unpooled, torch.randn(2, 3, 6, 8))
     compare_fn(unpooled3d, torch.randn(1, 2, 4, 4, 6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_logcumsumexp(dtype):
+    x = torch.randn(4, 9) * 5
+    x[1, 2:4] = float("-inf")  # -inf stays -inf until a number comes
+    x[2, 0] = float("inf")
+    tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
+    compare_fn(lambda x: torch.logcumsumexp(x, 1), x.to(dtype), tol=tol, grad_args=())
+    compare_fn(lambda x: torch.logcumsumexp(x, 0), torch.randn(6, 3).to(dtype), tol=tol)  # and its gradient
