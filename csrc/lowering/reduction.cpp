@@ -396,7 +396,38 @@ std::vector<Value> trace(LoweringContext& c) {
   return {c.b.cast(c.b.reduce(kept, c.b.scalar(0, acc), {0, 1}, Binary::Add), c.out().dtype)};
 }
 
+// renorm(self, p, dim, maxnorm): each slice along dim whose p-norm exceeds
+// maxnorm scaled to maxnorm / (norm + 1e-7), as CPU does.
+std::vector<Value> renorm(LoweringContext& c) {
+  const DType acc = accumulation_type(c.out().dtype);
+  Value x = c.b.cast(c.tensor(0), acc);
+  const double p = c.number(1), maxnorm = c.number(3);
+  const int64_t dim = normalize_dim(c.integer(2), x.rank());
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (d != dim) others.push_back(d);
+  auto k = [&](double v, const Value& like) { return c.b.constant(v, like.type); };
+  Value a = c.b.unary(stablehlo::Unary::Abs, x), norm;
+  if (std::isinf(p)) {
+    norm = c.b.reduce(a, c.b.scalar(0, acc), others, Binary::Maximum);
+  } else {
+    Value powered = p == 1 ? a : p == 2 ? c.b.binary(Binary::Multiply, a, a) : c.b.binary(Binary::Power, a, k(p, a));
+    norm = c.b.reduce(powered, c.b.scalar(0, acc), others, Binary::Add);
+    if (p == 2)
+      norm = c.b.unary(stablehlo::Unary::Sqrt, norm);
+    else if (p != 1)
+      norm = c.b.binary(Binary::Power, norm, k(1.0 / p, norm));
+  }
+  Value factor = c.b.select(c.b.compare(stablehlo::Compare::GT, norm, k(maxnorm, norm)),
+                            c.b.binary(Binary::Divide, k(maxnorm, norm), c.b.binary(Binary::Add, norm, k(1e-7, norm))),
+                            k(1, norm));
+  if (x.rank() == 0) return {c.b.cast(c.b.binary(Binary::Multiply, x, factor), c.out().dtype)};
+  Value scaled = c.b.binary(Binary::Multiply, x, c.b.broadcast_in_dim(factor, x.shape(), {dim}));
+  return {c.b.cast(scaled, c.out().dtype)};
+}
+
 LOWERING("aten::sum.dim_IntList", sum);
+LOWERING("aten::renorm", renorm);
 LOWERING("aten::count_nonzero.dim_IntList", count_nonzero);
 LOWERING("aten::count_nonzero", count_nonzero);
 LOWERING("aten::trace", trace);

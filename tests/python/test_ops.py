@@ -335,3 +335,9 @@ def test_logcumsumexp(dtype):
     tol = {"rtol": 1.6e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
     compare_fn(lambda x: torch.logcumsumexp(x, 1), x.to(dtype), tol=tol, grad_args=())
     compare_fn(lambda x: torch.logcumsumexp(x, 0), torch.randn(6, 3).to(dtype), tol=tol)  # and its gradient
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
+def test_renorm(p):
+    x = torch.randn(4, 5, 3) * 3
+    compare_fn(lambda x: torch.renorm(x, p, 1, 2.0), x, tol={"rtol": 1e-5, "atol": 1e-5})
