@@ -1,5 +1,5 @@
 // Ops whose output shape depends on the data (nonzero, masked_select,
-// unique, unique_consecutive): one
+// unique, unique_consecutive; and equal, which returns a host bool): one
 // program counts on the device, one sync reads the count, and a second
 // program, compiled per count, fills the result. These are kernels, not
 // lowering rules, because the sync sits between the two programs.
@@ -302,7 +302,17 @@ void unique_consecutive(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 
 }  // namespace
 
+// equal(self, other): equal sizes and every element equal (a NaN never is),
+// dtypes promoted as eq does: one reduction on the device, then one sync.
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ", self.device(),
+              " and ", other.device());
+  if (!self.sizes().equals(other.sizes())) return false;
+  return self.numel() == 0 || at::eq(self, other).all().item<bool>();
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("equal", equal);
   m.impl("nonzero", nonzero);
   m.impl("masked_select", masked_select);
   m.impl("_unique2", unique2);

@@ -341,3 +341,17 @@ def test_logcumsumexp(dtype):
 def test_renorm(p):
     x = torch.randn(4, 5, 3) * 3
     compare_fn(lambda x: torch.renorm(x, p, 1, 2.0), x, tol={"rtol": 1e-5, "atol": 1e-5})
+
+
+def test_equal_reads_one_bool():
+    def t(values):
+        return torch.tensor(values).to("tpu")
+
+    with torch_tpu.set_fallback("error"):
+        assert torch.equal(t([1, 2]), t([1.0, 2.0]))  # promoted, as eq
+        assert not torch.equal(t([1, 2]), t([1, 3]))
+        assert not torch.equal(t([float("nan")]), t([float("nan")]))
+        assert not torch.equal(torch.ones(2, 3, device="tpu"), torch.ones(3, 2, device="tpu"))
+        assert torch.equal(torch.ones(0, device="tpu"), torch.ones(0, device="tpu"))
+        with pytest.raises(RuntimeError, match="different devices"):
+            torch.equal(t([1]), torch.tensor([1]))
