@@ -264,6 +264,61 @@ LoweringRule index_write(ScatterCombine combine) {
   };
 }
 
+// index_reduce(self, dim, index, source, reduce, include_self): source's
+// slices combined into self's rows at `index` by prod / mean / amax / amin;
+// without include_self an indexed row starts from the reduction's identity
+// (mean: from zero, counting only the sources).
+std::vector<Value> index_reduce(LoweringContext& c) {
+  const TensorType& out = c.out();
+  Value x = c.b.cast(c.tensor(0), out.dtype), src = c.b.cast(c.tensor(3), out.dtype);
+  if (x.rank() == 0) x = c.b.reshape(x, {1});
+  if (src.rank() == 0) src = c.b.reshape(src, {1});
+  const int64_t dim = normalize_dim(c.integer(1), x.rank()), size = x.shape()[dim];
+  const Value& index = c.tensor(2);
+  if (index.type.numel() == 0 || out.numel() == 0) return {c.tensor(0)};
+  const std::string reduce = c.string(4);
+  const bool include_self = !c.has(5) || c.args[5].b;
+  Value i = c.b.reshape(c.b.cast(index, DType::Int64), {index.type.numel(), 1});
+  c.check_indices(i, size, false, "index_reduce: index out of range for dimension " + std::to_string(dim),
+                  /*index_error=*/false);
+  ScatterDims dims;
+  for (int64_t d = 0; d < src.rank(); ++d)
+    if (d != dim) dims.update_window_dims.push_back(d);
+  dims.inserted_window_dims = {dim};
+  dims.scatter_dims_to_operand_dims = {dim};
+  dims.index_vector_dim = 1;
+  auto scatter = [&](const Value& into, const Value& updates, ScatterCombine combine) {
+    return c.b.scatter(into, i, updates, dims, combine);
+  };
+  auto fill_indexed = [&](const Value& into, const Value& value) {  // indexed rows set to a constant
+    return scatter(into, c.b.broadcast_to(value, src.shape()), ScatterCombine::Replace);
+  };
+  Value result;
+  if (reduce == "mean") {
+    Value zero = c.b.scalar(0, out.dtype);
+    Value base = include_self ? x : fill_indexed(x, zero);
+    Value sum = scatter(base, src, ScatterCombine::Add);
+    Value ones = c.b.constant(1, {out.dtype, x.shape()});
+    Value count =
+        scatter(include_self ? ones : fill_indexed(ones, zero), c.b.constant(1, src.type), ScatterCombine::Add);
+    Value mean = stablehlo::is_float(out.dtype)
+                     ? c.b.binary(Binary::Divide, sum, count)
+                     : c.b.unary(stablehlo::Unary::Floor, c.b.binary(Binary::Divide, c.b.convert(sum, DType::Float64),
+                                                                     c.b.convert(count, DType::Float64)));
+    result = c.b.cast(mean, out.dtype);
+  } else {
+    ScatterCombine combine = reduce == "prod"   ? ScatterCombine::Multiply
+                             : reduce == "amax" ? ScatterCombine::Maximum
+                             : reduce == "amin" ? ScatterCombine::Minimum
+                                                : throw Declined("index_reduce with reduce=\"" + reduce + "\"");
+    Value identity = reduce == "prod"   ? c.b.scalar(1, out.dtype)
+                     : reduce == "amax" ? lowest(c.b, out.dtype)
+                                        : highest(c.b, out.dtype);
+    result = scatter(include_self ? x : fill_indexed(x, identity), src, combine);
+  }
+  return {c.b.reshape(result, out.shape)};
+}
+
 // index_fill(self, dim, index, value): whole slices of dim set to value.
 std::vector<Value> index_fill(LoweringContext& c) {
   const TensorType& out = c.out();
@@ -449,6 +504,7 @@ LOWERING("aten::index_fill.int_Scalar", index_fill);
 LOWERING("aten::index_fill.int_Tensor", index_fill);
 LOWERING("aten::index_copy", index_write(ScatterCombine::Replace));
 LOWERING("aten::index_add", index_write(ScatterCombine::Add));
+LOWERING("aten::index_reduce", index_reduce);
 LOWERING("aten::index.Tensor", index);
 LOWERING("aten::index_put", index_put);
 LOWERING("aten::_index_put_impl", index_put);

@@ -355,3 +355,16 @@ def test_equal_reads_one_bool():
         assert torch.equal(torch.ones(0, device="tpu"), torch.ones(0, device="tpu"))
         with pytest.raises(RuntimeError, match="different devices"):
             torch.equal(t([1]), torch.tensor([1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce, include_self, dtype):
+    x = (torch.randn(5, 3) * 4).to(dtype)
+    source = (torch.randn(4, 3) * 4).to(dtype)
+    index = torch.tensor([0, 4, 0, 2])  # row 0 twice, rows 1 and 3 untouched
+    compare_fn(
+        lambda x, i, s: x.index_reduce(0, i, s, reduce, include_self=include_self),
+        x, index, source, tol={"rtol": 1e-6, "atol": 1e-6}, grad_args=(),
+    )  # fmt: skip
