@@ -148,6 +148,20 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   return dst;
 }
 
+// tril_indices / triu_indices(row, col, offset, dtype, ...): factories with no
+// tensor argument; the result is allocated here and filled by the .out form,
+// whose lowering makes the coordinates (csrc/lowering/factories.cpp).
+template <bool lower>
+at::Tensor triangle_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                            std::optional<at::Layout> /*layout*/, std::optional<at::Device> device,
+                            std::optional<bool> /*pin_memory*/) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < row; ++i)
+    for (int64_t j = 0; j < col; ++j) n += lower ? j - i <= offset : j - i >= offset;
+  at::Tensor out = at::empty({2, n}, at::TensorOptions().dtype(dtype.value_or(at::kLong)).device(*device));
+  return lower ? at::tril_indices_outf(row, col, offset, out) : at::triu_indices_outf(row, col, offset, out);
+}
+
 at::Tensor copy_from_and_resize(const at::Tensor& src, const at::Tensor& dst) {
   dst.resize_(src.sizes());
   return copy_from(src, dst, false);
@@ -251,6 +265,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", resize_);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("tril_indices", triangle_indices<true>);
+  m.impl("triu_indices", triangle_indices<false>);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("as_strided", as_strided);
   m.impl("set_.source_Storage", set_source_storage);

@@ -33,8 +33,29 @@ std::vector<Value> eye(LoweringContext& c) {
   return {c.b.cast(diag, c.out().dtype)};
 }
 
+// tril_indices / triu_indices(row, col, offset): the coordinates of the lower
+// (upper) triangle of a row x col matrix, row by row: constants of the sizes.
+LoweringRule triangle_indices(bool lower) {
+  return [lower](LoweringContext& c) -> std::vector<Value> {
+    const int64_t rows = c.integer(0), cols = c.integer(1), offset = c.has(2) ? c.integer(2) : 0;
+    std::vector<int64_t> r, k;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        if (lower ? j - i <= offset : j - i >= offset) {
+          r.push_back(i);
+          k.push_back(j);
+        }
+    r.insert(r.end(), k.begin(), k.end());
+    if (static_cast<int64_t>(r.size()) != c.out().numel()) throw Declined("tril/triu_indices: unexpected size");
+    if (r.empty()) return {c.b.constant(0, c.out())};
+    return {c.b.cast(c.b.constant_array_int(r, {DType::Int64, c.out().shape}), c.out().dtype)};
+  };
+}
+
 }  // namespace
 
+LOWERING("aten::tril_indices.out", triangle_indices(true));
+LOWERING("aten::triu_indices.out", triangle_indices(false));
 LOWERING("aten::arange.start_out", arange);
 LOWERING("graph:aten::arange.start_step", arange);
 LOWERING("graph:aten::arange", [](LoweringContext& c) { return arange_from(c, 0, 1); });

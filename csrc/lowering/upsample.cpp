@@ -88,6 +88,41 @@ LinearTaps taps(DType t, int64_t in, int64_t out, bool align_corners, std::optio
                              : linear_taps<float>(in, out, align_corners, scale);
 }
 
+// The four source indices (clamped to the input) and weights of each output
+// index of bicubic interpolation (A = -0.75), as get_cubic_upsample_coefficients
+// computes them in T: the source index is not clamped below 0 first.
+struct CubicTaps {
+  std::vector<int64_t> index[4];
+  std::vector<double> weight[4];
+};
+
+template <class T>
+CubicTaps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  const T ratio = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0))
+                                : scales_value<T>(scale, in, out);
+  const T a = static_cast<T>(-0.75);
+  auto near = [a](T x) { return ((a + 2) * x - (a + 3)) * x * x + 1; };       // |x| <= 1
+  auto far = [a](T x) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; };  // 1 < |x| < 2
+  CubicTaps t;
+  for (int64_t o = 0; o < out; ++o) {
+    const T real = align_corners ? ratio * static_cast<T>(o)
+                                 : ratio * (static_cast<T>(o) + static_cast<T>(0.5)) - static_cast<T>(0.5);
+    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(static_cast<float>(real))), in - 1);
+    const T lambda = std::min(std::max(real - static_cast<T>(i0), T(0)), T(1));
+    const T w[4] = {far(lambda + 1), near(lambda), near(1 - lambda), far(2 - lambda)};
+    for (int k = 0; k < 4; ++k) {
+      t.index[k].push_back(std::clamp<int64_t>(i0 - 1 + k, 0, in - 1));
+      t.weight[k].push_back(static_cast<double>(w[k]));
+    }
+  }
+  return t;
+}
+
+CubicTaps cubic(DType t, int64_t in, int64_t out, bool align_corners, std::optional<double> scale) {
+  return t == DType::Float64 ? cubic_taps<double>(in, out, align_corners, scale)
+                             : cubic_taps<float>(in, out, align_corners, scale);
+}
+
 bool is_identity(const std::vector<int64_t>& idx, int64_t size) {
   if (static_cast<int64_t>(idx.size()) != size) return false;
   for (int64_t i = 0; i < size; ++i)
@@ -232,6 +267,53 @@ LoweringRule linear_backward(size_t n) {
   };
 }
 
+// upsample_bicubic2d(self, output_size, align_corners, scales_h, scales_w):
+// the width interpolated first, then the height, as PyTorch's kernel nests them.
+std::vector<Value> bicubic(LoweringContext& c) {
+  Value x = c.tensor(0);
+  const TensorType& out = c.out();
+  require_rank(x.type, 2, "upsample_bicubic2d");
+  if (x.dtype() == DType::BFloat16 || x.dtype() == DType::Float16) x = c.b.cast(x, DType::Float32);
+  require_float_or_double(x.dtype(), "upsample_bicubic2d");
+  if (out.numel() == 0) return {c.b.constant(0, out)};
+  const bool align_corners = c.args[2].b;
+  for (size_t i = 2; i-- > 0;) {
+    const int64_t d = static_cast<int64_t>(i) + 2;
+    CubicTaps t = cubic(x.dtype(), x.shape()[d], out.shape[d], align_corners, scale_arg(c, 3 + i));
+    Value sum = weigh(c.b, take(c.b, x, d, t.index[0]), d, t.weight[0]);
+    for (int k = 1; k < 4; ++k)
+      sum = c.b.binary(Binary::Add, sum, weigh(c.b, take(c.b, x, d, t.index[k]), d, t.weight[k]));
+    x = sum;
+  }
+  return {c.b.cast(x, out.dtype)};
+}
+
+// upsample_bicubic2d_backward(grad_output, output_size, input_size,
+// align_corners, scales_h, scales_w): each gradient times its four weights
+// added in at its four source indices, per dimension.
+std::vector<Value> bicubic_backward(LoweringContext& c) {
+  Value g = c.tensor(0);
+  const TensorType& in = c.out();
+  require_rank(in, 2, "upsample_bicubic2d backward");
+  const DType t = in.dtype == DType::BFloat16 || in.dtype == DType::Float16 ? DType::Float32 : in.dtype;
+  require_float_or_double(t, "upsample_bicubic2d backward");
+  if (in.numel() == 0 || g.type.numel() == 0) return {c.b.constant(0, in)};
+  const bool align_corners = c.args[3].b;
+  g = c.b.cast(g, t);
+  for (size_t i = 2; i-- > 0;) {
+    const int64_t d = static_cast<int64_t>(i) + 2, in_size = in.shape[d];
+    CubicTaps taps = cubic(t, in_size, g.shape()[d], align_corners, scale_arg(c, 4 + i));
+    std::vector<int64_t> idx;
+    std::vector<Value> parts;
+    for (int k = 0; k < 4; ++k) {
+      idx.insert(idx.end(), taps.index[k].begin(), taps.index[k].end());
+      parts.push_back(weigh(c.b, g, d, taps.weight[k]));
+    }
+    g = put_add(c.b, c.b.concatenate(parts, d), d, idx, in_size);
+  }
+  return {c.b.cast(g, in.dtype)};
+}
+
 }  // namespace
 
 LOWERING("aten::upsample_nearest1d", nearest(1, false));
@@ -248,6 +330,8 @@ LOWERING("aten::_upsample_nearest_exact2d_backward", nearest_backward(2, true));
 LOWERING("aten::_upsample_nearest_exact3d_backward", nearest_backward(3, true));
 LOWERING("aten::upsample_linear1d", linear(1));
 LOWERING("aten::upsample_bilinear2d", linear(2));
+LOWERING("aten::upsample_bicubic2d", bicubic);
+LOWERING("aten::upsample_bicubic2d_backward", bicubic_backward);
 LOWERING("aten::upsample_trilinear3d", linear(3));
 LOWERING("aten::upsample_linear1d_backward", linear_backward(1));
 LOWERING("aten::upsample_bilinear2d_backward", linear_backward(2));

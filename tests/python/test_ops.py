@@ -368,3 +368,26 @@ def test_index_reduce(reduce, include_self, dtype):
         lambda x, i, s: x.index_reduce(0, i, s, reduce, include_self=include_self),
         x, index, source, tol={"rtol": 1e-6, "atol": 1e-6}, grad_args=(),
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "shape,kw",
+    [
+        ((1, 2, 4, 6), {"scale_factor": 2}),
+        ((2, 1, 5, 7), {"size": (3, 9), "align_corners": True}),
+        ((1, 3, 3, 4), {"scale_factor": (1.7, 2.3)}),
+    ],
+)
+def test_bicubic_upsampling(shape, kw, dtype):
+    tol = {"rtol": 1.6e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
+    compare_fn(
+        lambda x: torch.nn.functional.interpolate(x, mode="bicubic", **kw), torch.randn(shape).to(dtype), tol=tol
+    )
+
+
+def test_triangle_indices():
+    with torch_tpu.set_fallback("error"):
+        for rows, cols, offset in [(4, 5, 0), (3, 3, -1), (5, 2, 2), (0, 3, 0)]:
+            for f in (torch.tril_indices, torch.triu_indices):
+                assert torch.equal(f(rows, cols, offset, device="tpu").cpu(), f(rows, cols, offset))
