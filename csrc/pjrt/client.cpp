@@ -262,23 +262,31 @@ std::vector<PJRT_Device*> Executable::addressable_devices() const {
   return {a.addressable_devices, a.addressable_devices + a.num_addressable_devices};
 }
 
-std::string Executable::serialize() const {
+std::string Executable::serialize(std::string* error) const {
   const PJRT_Api* api = plugin_->api();
+  auto failed = [&](PJRT_Error* e, const char* call) {
+    *error = std::string(call) + ": " + error_message(api, e);
+    auto d = args<PJRT_Error_Destroy_Args>();
+    d.error = e;
+    api->PJRT_Error_Destroy(&d);
+    return std::string();
+  };
   auto g = args<PJRT_LoadedExecutable_GetExecutable_Args>();
   g.loaded_executable = exe_;
-  plugin_->check(api->PJRT_LoadedExecutable_GetExecutable(&g), "PJRT_LoadedExecutable_GetExecutable");
+  if (PJRT_Error* e = api->PJRT_LoadedExecutable_GetExecutable(&g))
+    return failed(e, "PJRT_LoadedExecutable_GetExecutable");
   auto s = args<PJRT_Executable_Serialize_Args>();
   s.executable = g.executable;
-  PJRT_Error* error = api->PJRT_Executable_Serialize(&s);
+  PJRT_Error* e = api->PJRT_Executable_Serialize(&s);
   std::string bytes;
-  if (!error) {
+  if (!e) {
     bytes.assign(s.serialized_bytes, s.serialized_bytes_size);
     if (s.serialized_executable_deleter) s.serialized_executable_deleter(s.serialized_executable);
   }
   auto d = args<PJRT_Executable_Destroy_Args>();
   d.executable = g.executable;
   api->PJRT_Executable_Destroy(&d);
-  plugin_->check(error, "PJRT_Executable_Serialize");
+  if (e) return failed(e, "PJRT_Executable_Serialize");
   return bytes;
 }
 

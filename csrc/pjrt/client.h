@@ -118,7 +118,11 @@ class Executable {
   std::vector<std::vector<BufferPtr>> execute_on_devices(const std::vector<std::vector<PJRT_Buffer*>>& args) const;
   // The devices a launch covers, in argument-list order.
   std::vector<PJRT_Device*> addressable_devices() const;
-  std::string serialize() const;
+  // The executable's bytes (for the disk cache), or empty with `error` set.
+  // Never throws: a plugin that cannot serialize a program is not an error,
+  // and unwinding an exception right after XLA:CPU compiled a program has
+  // crashed inside libgcc's unwinder (see runtime.cpp, load_or_compile).
+  std::string serialize(std::string* error) const;
 
  private:
   std::shared_ptr<Plugin> plugin_;

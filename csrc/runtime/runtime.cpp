@@ -483,17 +483,17 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
   count("compiles");
   count("compile_us", microseconds_since(compile_start));
   if (disk.enabled() && serializable_.load()) {
-    std::string bytes;
-    try {
-      bytes = program.executable->serialize();
-    } catch (const pjrt::Error& e) {
-      // Warned once; the cache stays in memory for this process.
-      if (serializable_.exchange(false))
-        std::fprintf(stderr,
-                     "torch_tpu: warning: the PJRT plugin cannot serialize executables (%s); "
-                     "compiled programs are cached in memory only.\n",
-                     e.what());
-    }
+    // No exception here: one thrown at this point (a long Fused run, the
+    // first program the plugin would not serialize) crashed libgcc's
+    // unwinder (_Unwind_Find_FDE) in a process that had compiled thousands
+    // of programs.
+    std::string error;
+    std::string bytes = program.executable->serialize(&error);
+    if (!error.empty() && serializable_.exchange(false))  // warned once; the cache stays in memory
+      std::fprintf(stderr,
+                   "torch_tpu: warning: the PJRT plugin cannot serialize executables (%s); "
+                   "compiled programs are cached in memory only.\n",
+                   error.c_str());
     if (!bytes.empty() && disk.store(program.disk_key, bytes)) count("disk_cache_writes");
   }
   mark_loaded(program, true);

@@ -55,7 +55,10 @@ TEST(Pjrt, CompilesAndExecutes) {
 TEST(Pjrt, SerializedExecutableRunsAfterReload) {
   auto& c = test::client();
   auto exe = c.compile(kAddModule, pjrt::single_device_compile_options());
-  auto again = c.deserialize(exe->serialize());
+  std::string error;
+  const std::string bytes = exe->serialize(&error);
+  ASSERT_TRUE(error.empty()) << error;
+  auto again = c.deserialize(bytes);
   std::vector<float> a{1, 1, 1, 1}, out(4);
   auto ba = c.buffer_from_host(a.data(), PJRT_Buffer_Type_F32, {4}, c.devices()[0]);
   again->execute({ba->raw(), ba->raw()}, c.devices()[0])[0]->to_host(out.data(), 16);
