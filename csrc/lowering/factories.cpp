@@ -33,6 +33,39 @@ std::vector<Value> eye(LoweringContext& c) {
   return {c.b.cast(diag, c.out().dtype)};
 }
 
+// linspace.out(start, end, steps) / logspace.out(start, end, steps, base):
+// CPU's formula, each half counted from its own end (start + step * i before
+// the middle, end - step * (steps - 1 - i) after), in the output's float type
+// (double for integers); logspace raises base to it in double.
+LoweringRule spaced(bool log) {
+  return [log](LoweringContext& c) -> std::vector<Value> {
+    const TensorType& out = c.out();
+    const int64_t steps = c.integer(2);
+    if (steps == 0) return {c.b.constant(0, out)};
+    const DType t = stablehlo::is_float(out.dtype) ? out.dtype : DType::Float64;
+    if (t == DType::BFloat16 || t == DType::Float16) throw Declined("linspace/logspace in a 16-bit float");
+    const TensorType type{t, {steps}};
+    auto k = [&](double v) { return c.b.constant(v, type); };
+    const double start = c.number(0), end = c.number(1);
+    Value start_v = k(start), end_v = k(end), x = start_v;
+    if (steps > 1) {
+      // The step as CPU computes it: (end - start) / (steps - 1) in t.
+      Value step = c.b.binary(stablehlo::Binary::Divide, c.b.binary(stablehlo::Binary::Subtract, end_v, start_v),
+                              k(static_cast<double>(steps - 1)));
+      Value i = c.b.iota(type, 0);
+      Value low = c.b.binary(stablehlo::Binary::Add, start_v, c.b.binary(stablehlo::Binary::Multiply, step, i));
+      Value back = c.b.binary(stablehlo::Binary::Subtract, k(static_cast<double>(steps - 1)), i);
+      Value high = c.b.binary(stablehlo::Binary::Subtract, end_v, c.b.binary(stablehlo::Binary::Multiply, step, back));
+      x = c.b.select(c.b.compare(stablehlo::Compare::LT, i, k(static_cast<double>(steps / 2))), low, high);
+    }
+    if (log) {
+      Value e = c.b.convert(x, DType::Float64);
+      x = c.b.binary(stablehlo::Binary::Power, c.b.constant(c.has(3) ? c.number(3) : 10.0, e.type), e);
+    }
+    return {c.b.convert(x, out.dtype)};
+  };
+}
+
 // tril_indices / triu_indices(row, col, offset): the coordinates of the lower
 // (upper) triangle of a row x col matrix, row by row: constants of the sizes.
 LoweringRule triangle_indices(bool lower) {
@@ -54,6 +87,8 @@ LoweringRule triangle_indices(bool lower) {
 
 }  // namespace
 
+LOWERING("aten::linspace.out", spaced(false));
+LOWERING("aten::logspace.out", spaced(true));
 LOWERING("aten::tril_indices.out", triangle_indices(true));
 LOWERING("aten::triu_indices.out", triangle_indices(false));
 LOWERING("aten::arange.start_out", arange);

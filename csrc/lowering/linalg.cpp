@@ -58,6 +58,18 @@ std::vector<Value> linalg_cross(LoweringContext& c) {
   return {c.b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, d)};
 }
 
+// baddbmm(self, batch1 [b, n, k], batch2 [b, k, m], *, beta, alpha) = beta * self + alpha * (batch1 @ batch2)
+std::vector<Value> baddbmm(LoweringContext& c) {
+  DType t = c.out().dtype;
+  Value p = c.b.dot_general(c.b.cast(c.tensor(1), t), c.b.cast(c.tensor(2), t), {0}, {0}, {2}, {1});
+  if (c.has(4) && c.number(4) != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(c.number(4), p.type));
+  if (c.has(3) && c.number(3) == 0) return {p};  // self is ignored, NaN included
+  Value self = c.operand_as_output(0);
+  if (c.has(3) && c.number(3) != 1)
+    self = c.b.binary(stablehlo::Binary::Multiply, self, c.b.constant(c.number(3), p.type));
+  return {c.b.binary(stablehlo::Binary::Add, self, p)};
+}
+
 // dot(self [n], tensor [n]) -> 0-d
 std::vector<Value> dot(LoweringContext& c) {
   if (c.tensor(0).dtype() != c.tensor(1).dtype()) throw Declined("dot: mixed dtypes");
@@ -135,6 +147,7 @@ LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
 LOWERING("aten::dot", dot);
 LOWERING("aten::addmv", addmv);
+LOWERING("aten::baddbmm", baddbmm);
 LOWERING("aten::linalg_cross", linalg_cross);
 LOWERING("aten::_grouped_mm", grouped_mm);
 

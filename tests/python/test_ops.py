@@ -391,3 +391,18 @@ def test_triangle_indices():
         for rows, cols, offset in [(4, 5, 0), (3, 3, -1), (5, 2, 2), (0, 3, 0)]:
             for f in (torch.tril_indices, torch.triu_indices):
                 assert torch.equal(f(rows, cols, offset, device="tpu").cpu(), f(rows, cols, offset))
+
+
+def test_linspace_logspace_and_baddbmm():
+    with torch_tpu.set_fallback("error"):
+        for args, kw in [
+            ((0, 1, 7), {}),
+            ((-3, 10, 6), {"dtype": torch.int64}),
+            ((2, 3, 1), {}),
+            ((1.5, -2.25, 11), {}),
+        ]:
+            assert torch.equal(torch.linspace(*args, device="tpu", **kw).cpu(), torch.linspace(*args, **kw))
+        for args, kw in [((0, 2, 5), {"base": 3.0}), ((-1, 1, 7), {}), ((0, 3, 4), {"dtype": torch.int64, "base": 2})]:
+            torch.testing.assert_close(torch.logspace(*args, device="tpu", **kw).cpu(), torch.logspace(*args, **kw))
+    x, b1, b2 = torch.randn(3, 4, 5), torch.randn(3, 4, 6), torch.randn(3, 6, 5)
+    compare_fn(lambda x, a, b: torch.baddbmm(x, a, b, beta=0.5, alpha=2), x, b1, b2, tol={"rtol": 1e-5, "atol": 1e-5})
