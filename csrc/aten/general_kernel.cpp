@@ -508,6 +508,7 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, bool dynamic, int so
     a.kind = LoweringArg::Tensor;
     a.tensor = tensor(v.toTensor());
     a.wrapped_number = v.toTensor().unsafeGetTensorImpl()->is_wrapped_number();
+    a.contiguous = v.toTensor().is_contiguous();  // keyed: other layouts key their strides
   } else if (v.isTensorList()) {
     a.kind = LoweringArg::TensorList;
     for (const at::Tensor& t : v.toTensorVector()) a.tensors.push_back(tensor(t));

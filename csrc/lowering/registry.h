@@ -42,6 +42,9 @@ struct LoweringArg {
   // A Tensor that is a Python number PyTorch wrapped (x + 2 as add.Tensor):
   // it promotes as a number does.
   bool wrapped_number = false;
+  // A Tensor's layout is PyTorch-contiguous (what a few CPU kernels branch on:
+  // _linalg_det factors A^T then, and its backward relies on it).
+  bool contiguous = true;
 
   // A Scalar argument as a double, whatever its kind.
   double number() const { return kind == Double ? d : kind == Bool ? (b ? 1 : 0) : static_cast<double>(i); }

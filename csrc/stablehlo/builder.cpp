@@ -127,6 +127,9 @@ const char* binary_name(Binary op) {
     case Binary::ShiftLeft: return "shift_left";
     case Binary::ShiftRightArithmetic: return "shift_right_arithmetic";
     case Binary::ShiftRightLogical: return "shift_right_logical";
+    case Binary::NextAfter: return "chlo.next_after";
+    case Binary::Polygamma: return "chlo.polygamma";
+    case Binary::Zeta: return "chlo.zeta";
   }
   return "?";
 }
@@ -300,7 +303,9 @@ Value Builder::binary(Binary op, const Value& a, const Value& b) {
   bool logical = op == Binary::And || op == Binary::Or || op == Binary::Xor;
   bool shift = op == Binary::ShiftLeft || op == Binary::ShiftRightArithmetic || op == Binary::ShiftRightLogical;
   if ((logical || shift) && is_float(a.dtype())) refuse(name, "needs boolean or integer operands", {a, b});
-  if (op == Binary::Atan2 && !is_float(a.dtype())) refuse(name, "needs floating-point operands", {a, b});
+  const bool float_only =
+      op == Binary::Atan2 || op == Binary::NextAfter || op == Binary::Polygamma || op == Binary::Zeta;
+  if (float_only && !is_float(a.dtype())) refuse(name, "needs floating-point operands", {a, b});
   return emit(name, {a, b}, "", a.type);
 }
 
@@ -842,6 +847,28 @@ Value Builder::reverse(const Value& x, const std::vector<int64_t>& dims) {
   if (!valid_dims(dims, x.rank(), false)) refuse("reverse", "bad dimensions " + list(dims), {x});
   if (dims.empty()) return x;
   return emit("reverse", {x}, "dimensions = " + i64_array(dims), x.type);
+}
+
+Value Builder::cholesky(const Value& a, bool lower) {
+  if (a.rank() < 2 || a.shape()[a.rank() - 1] != a.shape()[a.rank() - 2] || !is_float(a.dtype()))
+    refuse("cholesky", "needs a batch of square float matrices", {a});
+  return emit("cholesky", {a}, std::string("lower = ") + (lower ? "true" : "false"), a.type);
+}
+
+Value Builder::triangular_solve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
+                                bool transpose_a) {
+  const int64_t r = a.rank();
+  const bool shapes_ok = r >= 2 && b.rank() == r && a.shape()[r - 1] == a.shape()[r - 2] &&
+                         std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin()) &&
+                         b.shape()[left_side ? r - 2 : r - 1] == a.shape()[r - 1];
+  if (!shapes_ok || a.dtype() != b.dtype() || !is_float(a.dtype()))
+    refuse("triangular_solve", "needs float a [..., n, n] and b of the same batch and dtype sharing n", {a, b});
+  auto flag = [](bool v) { return v ? "true" : "false"; };
+  return emit("triangular_solve", {a, b},
+              std::string("left_side = ") + flag(left_side) + ", lower = " + flag(lower) +
+                  ", unit_diagonal = " + flag(unit_diagonal) + ", transpose_a = #stablehlo<transpose " +
+                  (transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") + ">",
+              b.type);
 }
 
 // ------------------------------------------------------------------ convolution

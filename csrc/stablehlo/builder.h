@@ -93,7 +93,11 @@ enum class Binary {
   Atan2,
   ShiftLeft,
   ShiftRightArithmetic,
-  ShiftRightLogical
+  ShiftRightLogical,
+  // CHLO ops on floats: XLA expands them.
+  NextAfter,  // the next float after a toward b
+  Polygamma,  // polygamma(n, x), n a whole number of x's type
+  Zeta        // Hurwitz zeta(x, q)
 };
 enum class Compare { EQ, NE, LT, LE, GT, GE };
 
@@ -195,6 +199,14 @@ class Builder {
             const std::vector<int64_t>& high, const std::vector<int64_t>& interior);
   // x with the order of elements reversed along each of `dims`.
   Value reverse(const Value& x, const std::vector<int64_t>& dims);
+  // The Cholesky factor of each matrix of the batch [..., n, n], from its
+  // lower (or upper) triangle; the other triangle of the result is undefined,
+  // and a matrix that is not positive-definite gives NaNs from its failing minor on.
+  Value cholesky(const Value& a, bool lower);
+  // Solves op(a) x = b (left_side) or x op(a) = b for x, with a triangular
+  // [..., n, n] and b [..., n, k] / [..., k, n] of the same batch.
+  Value triangular_solve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
+                         bool transpose_a);
 
  private:
   Value emit(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,

@@ -1,14 +1,17 @@
 """Conformance against PyTorch's own OpInfo database (the judge is PyTorch's data).
 
-For every OpInfo, every float32 sample input is run on "tpu" with the CPU
-fallback turned off and on CPU, and the outputs are compared with
-torch.testing.assert_close's float32 tolerances. A sample that needs an op
-with no lowering is "uncovered" (not claimed); an OpInfo with no covered
-sample is skipped with the op it lacks. Covered samples must match, or the
-OpInfo is an xfail with its reason in KNOWN_FAILURES.
+For every OpInfo and each of float32, bfloat16, int64 and complex64 it
+supports on CPU, its sample inputs are run on "tpu" with the CPU fallback
+turned off and on CPU, and the outputs are compared with
+torch.testing.assert_close's tolerances for the dtype. A sample that needs an
+op with no lowering (or a dtype tpu refuses) is "uncovered" (not claimed); an
+OpInfo with no covered sample is skipped with what it lacks. Covered samples
+must match, or the OpInfo is an xfail with its reason in KNOWN_FAILURES.
 
-The totals print at the end of the session (samples passed / failed /
-uncovered, OpInfos covered) and go to build/opinfo_summary.json.
+`make test` runs the first SAMPLES[dtype] samples of each OpInfo;
+TORCH_TPU_OPINFO_SAMPLES=all (`make opinfo`) runs every sample, the
+measurement the README reports. The totals print at the end of the session,
+per dtype, and go to build/opinfo_summary.json.
 """
 
 import json
@@ -21,10 +24,12 @@ from torch.testing._internal.common_methods_invocations import op_db
 
 import torch_tpu
 
-DTYPE = torch.float32
-# The first samples of each OpInfo: a few OpInfos have thousands (max_pool2d
-# has ~3700), and each covered sample compiles a program; this bounds the run.
-MAX_SAMPLES = 60
+# The first samples of each OpInfo per dtype in `make test`: a few OpInfos have
+# thousands (max_pool2d has ~3700) and each covered sample compiles a program.
+SAMPLES = {torch.float32: 60, torch.bfloat16: 6, torch.int64: 6, torch.complex64: 4}
+if os.environ.get("TORCH_TPU_OPINFO_SAMPLES"):
+    _n = os.environ["TORCH_TPU_OPINFO_SAMPLES"]
+    SAMPLES = {d: (1 << 30 if _n == "all" else int(_n)) for d in SAMPLES}
 
 # Outputs that are random or uninitialized: no value to compare.
 NONDETERMINISTIC = re.compile(
@@ -32,9 +37,10 @@ NONDETERMINISTIC = re.compile(
     r"|randint.*|cauchy|exponential|geometric|log_normal|.*_like_random|torch\._refs\..*)$"
 )
 
-# OpInfo name -> why its covered samples do not all match yet.
-KNOWN_FAILURES: dict[str, str] = {
-    "tensor_split": "the sample's tensor_indices_or_sections must stay on CPU; the harness moves every tensor to tpu",
+# (OpInfo name, dtype) -> why its covered samples do not all match yet.
+KNOWN_FAILURES: dict[tuple[str, torch.dtype], str] = {
+    ("tensor_split", torch.float32): "the sample's tensor_indices_or_sections must stay on CPU; the harness moves "
+    "every tensor to tpu",
 }
 
 # XLA's dot accumulates in another order than CPU's BLAS: float32 sums of
@@ -66,8 +72,9 @@ TOLERANCE.update(
 # What the backend refuses by design, with a clear error: not a claimed op.
 UNSUPPORTED = re.compile(r"dtype torch\.\w+ is not supported on tpu|Sparse\w*tpu|sparse tensors")
 
-SUMMARY = {"passed": 0, "failed": 0, "uncovered": 0, "random": 0, "ops_covered": 0, "ops_failed": 0, "ops_uncovered": 0}
-MISSING_LOWERINGS: dict[str, int] = {}
+COUNTS = ("passed", "failed", "uncovered", "random", "ops_covered", "ops_failed", "ops_uncovered")
+SUMMARY: dict[torch.dtype, dict[str, int]] = {d: dict.fromkeys(COUNTS, 0) for d in SAMPLES}
+MISSING_LOWERINGS: dict[torch.dtype, dict[str, int]] = {d: {} for d in SAMPLES}
 
 
 def to_tpu(x):
@@ -117,12 +124,13 @@ def has_tensor(sample) -> bool:
     return any(isinstance(v, torch.Tensor) for v in flat)
 
 
-def run_samples(opinfo):
-    """(passed, failures, uncovered ops) over the OpInfo's float32 samples."""
+def run_samples(opinfo, dtype):
+    """(passed, failures, uncovered ops) over the OpInfo's samples of `dtype`."""
     passed, failures, uncovered = 0, [], []
-    tolerance = TOLERANCE.get(opinfo.name)
-    for i, sample in enumerate(opinfo.sample_inputs("cpu", DTYPE)):
-        if i >= MAX_SAMPLES:
+    tolerance = TOLERANCE.get(opinfo.name) if dtype == torch.float32 else None
+    summary = SUMMARY[dtype]
+    for i, sample in enumerate(opinfo.sample_inputs("cpu", dtype)):
+        if i >= SAMPLES[dtype]:
             break
         if not has_tensor(sample) and "device" not in sample.kwargs:
             continue  # a factory call that makes a CPU tensor: nothing runs on tpu
@@ -131,18 +139,18 @@ def run_samples(opinfo):
             expected = opinfo(expected_sample.input, *expected_sample.args, **expected_sample.kwargs)
         except Exception:
             continue  # PyTorch itself rejects this sample on CPU: nothing to compare
-        tpu_sample = sample.transform(to_tpu)
-        if "device" in tpu_sample.kwargs:  # factories: make the tensor on tpu
-            tpu_sample.kwargs["device"] = "tpu"
-        tpu_args = ["tpu" if is_cpu_device(a) else a for a in tpu_sample.args]  # x.to("cpu", ...) samples
         try:
+            tpu_sample = sample.transform(to_tpu)  # a dtype tpu refuses fails here
+            if "device" in tpu_sample.kwargs:  # factories: make the tensor on tpu
+                tpu_sample.kwargs["device"] = "tpu"
+            tpu_args = ["tpu" if is_cpu_device(a) else a for a in tpu_sample.args]  # x.to("cpu", ...) samples
             draws = random_draws()
             with torch_tpu.set_fallback("error"):
                 actual = opinfo(tpu_sample.input, *tpu_args, **tpu_sample.kwargs)
             if random_draws() > draws:
                 # It drew random numbers (dropout_p > 0): the device's stream is
                 # not CPU's by design; test_random.py checks distributions.
-                SUMMARY["random"] += 1
+                summary["random"] += 1
                 continue
             compare(actual, expected, tolerance=tolerance)
             passed += 1
@@ -163,42 +171,50 @@ def opinfo_id(opinfo):
     return f"{opinfo.name}.{opinfo.variant_test_name}" if opinfo.variant_test_name else opinfo.name
 
 
-CASES = [o for o in op_db if DTYPE in o.supported_dtypes("cpu")]
+CASES = [(d, o) for d in SAMPLES for o in op_db if d in o.supported_dtypes("cpu")]
 
 
-@pytest.mark.parametrize("opinfo", CASES, ids=[opinfo_id(o) for o in CASES])
-def test_opinfo_float32(opinfo):
+@pytest.mark.parametrize(
+    "dtype,opinfo", CASES, ids=[f"{str(d).removeprefix('torch.')}-{opinfo_id(o)}" for d, o in CASES]
+)
+def test_opinfo(dtype, opinfo):
     name = opinfo_id(opinfo)
     if NONDETERMINISTIC.match(opinfo.name):
         pytest.skip("random or uninitialized output: no value to compare")
-    passed, failures, uncovered = run_samples(opinfo)
-    SUMMARY["passed"] += passed
-    SUMMARY["failed"] += len(failures)
-    SUMMARY["uncovered"] += len(uncovered)
+    passed, failures, uncovered = run_samples(opinfo, dtype)
+    summary = SUMMARY[dtype]
+    summary["passed"] += passed
+    summary["failed"] += len(failures)
+    summary["uncovered"] += len(uncovered)
     for op in uncovered:
-        MISSING_LOWERINGS[op] = MISSING_LOWERINGS.get(op, 0) + 1
+        MISSING_LOWERINGS[dtype][op] = MISSING_LOWERINGS[dtype].get(op, 0) + 1
     if passed == 0 and not failures:
-        SUMMARY["ops_uncovered"] += 1
-        pytest.skip(f"not covered: needs {sorted(set(uncovered))[:3]}" if uncovered else "no float32 samples")
-    SUMMARY["ops_covered"] += 1
+        summary["ops_uncovered"] += 1
+        pytest.skip(f"not covered: needs {sorted(set(uncovered))[:3]}" if uncovered else f"no {dtype} samples")
+    summary["ops_covered"] += 1
     if failures:
-        SUMMARY["ops_failed"] += 1
-        if name in KNOWN_FAILURES:
-            pytest.xfail(KNOWN_FAILURES[name])
+        summary["ops_failed"] += 1
+        if (name, dtype) in KNOWN_FAILURES:
+            pytest.xfail(KNOWN_FAILURES[(name, dtype)])
         pytest.fail(f"{len(failures)} of {passed + len(failures)} covered samples differ:\n" + "\n".join(failures[:5]))
 
 
 def pytest_sessionfinish_summary():
-    covered = SUMMARY["passed"] + SUMMARY["failed"]
-    rate = SUMMARY["passed"] / covered if covered else 0.0
-    text = (
-        f"OpInfo float32: {SUMMARY['passed']} samples passed, {SUMMARY['failed']} failed "
-        f"({rate:.1%} of covered), {SUMMARY['uncovered']} uncovered, {SUMMARY['random']} random (not compared); "
-        f"OpInfos covered {SUMMARY['ops_covered']} (with failures {SUMMARY['ops_failed']}), "
-        f"not covered {SUMMARY['ops_uncovered']}"
-    )
+    lines, report = [], {}
+    for dtype, s in SUMMARY.items():
+        covered, total = s["passed"] + s["failed"], s["passed"] + s["failed"] + s["uncovered"]
+        if not total:
+            continue
+        name = str(dtype).removeprefix("torch.")
+        lines.append(
+            f"OpInfo {name}: {s['passed']} samples passed, {s['failed']} failed, {s['uncovered']} uncovered "
+            f"({s['passed'] / total:.1%} of all, {s['passed'] / max(covered, 1):.1%} of covered), "
+            f"{s['random']} random (not compared); OpInfos covered {s['ops_covered']} "
+            f"(with failures {s['ops_failed']}), not covered {s['ops_uncovered']}"
+        )
+        top = sorted(MISSING_LOWERINGS[dtype].items(), key=lambda kv: -kv[1])[:40]
+        report[name] = {**s, "pass_rate_of_all": s["passed"] / total, "top_missing_lowerings": top}
     os.makedirs("build", exist_ok=True)
     with open("build/opinfo_summary.json", "w") as f:
-        top = sorted(MISSING_LOWERINGS.items(), key=lambda kv: -kv[1])[:40]
-        json.dump({**SUMMARY, "pass_rate_of_covered": rate, "top_missing_lowerings": top}, f, indent=1)
-    return text
+        json.dump({"samples_per_opinfo": {str(d): n for d, n in SAMPLES.items()}, **report}, f, indent=1)
+    return "\n".join(lines)

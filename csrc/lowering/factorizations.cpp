@@ -1,0 +1,512 @@
+// Matrix factorizations and solves. Cholesky and triangular solves are
+// StableHLO ops; LU with partial pivoting is a loop over columns (the XLA
+// plugins have no LAPACK); solve, inverse and determinants build on LU, as
+// LAPACK's do. Batch dimensions are flattened to one.
+#include <algorithm>
+
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::Binary;
+using stablehlo::Compare;
+using stablehlo::Unary;
+
+Shape batch_of(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+
+int64_t product(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// x [..., m, n] broadcast to `batch` and flattened: [prod(batch), m, n].
+Value flat_batch(Builder& b, const Value& x, const Shape& batch) {
+  const int64_t m = x.shape()[x.rank() - 2], n = x.shape()[x.rank() - 1];
+  Shape full = batch;
+  full.push_back(m);
+  full.push_back(n);
+  return b.reshape(b.broadcast_to(x, full), {product(batch), m, n});
+}
+
+Value transpose_last(Builder& b, const Value& x) { return b.transpose(x, {0, 2, 1}); }
+
+// Where col - row >= k (upper) or <= k (lower), over x's last two dims.
+Value band(Builder& b, const TensorType& t, bool upper, int64_t k) {
+  const int64_t r = t.rank();
+  const TensorType i{DType::Int64, t.shape};
+  Value diff = b.binary(Binary::Subtract, b.iota(i, r - 1), b.iota(i, r - 2));
+  return b.compare(upper ? Compare::GE : Compare::LE, diff, b.constant_int(k, i));
+}
+
+Value triangle(Builder& b, const Value& x, bool upper, int64_t k = 0) {
+  return b.select(band(b, x.type, upper, k), x, b.constant(0, x.type));
+}
+
+Value diagonal_mask(Builder& b, const TensorType& t) {
+  return b.binary(Binary::And, band(b, t, true, 0), band(b, t, false, 0));
+}
+
+// The diagonal of each matrix [B, m, n] -> [B, min(m, n)], exactly (the
+// other entries are replaced by 0 before the sum).
+Value diagonal(Builder& b, const Value& x) {
+  const int64_t k = std::min(x.shape()[1], x.shape()[2]);
+  Value square = b.slice(x, {0, 0, 0}, {x.shape()[0], k, k}, {1, 1, 1});
+  return b.reduce(b.select(diagonal_mask(b, square.type), square, b.constant(0, square.type)), b.scalar(0, x.dtype()),
+                  {2}, Binary::Add);
+}
+
+// Solves with the triangle of `a` that `lower` names (the other is ignored,
+// as LAPACK does); a unit diagonal is taken as ones.
+Value tri_solve(Builder& b, Value a, const Value& rhs, bool left, bool lower, bool unit, bool transpose) {
+  a = triangle(b, a, !lower);
+  if (unit) a = b.select(diagonal_mask(b, a.type), b.constant(1, a.type), a);
+  return b.triangular_solve(a, rhs, left, lower, unit, transpose);
+}
+
+// All of `ok` (bool) true, as a 0-d bool: a device-side check.
+Value all_true(Builder& b, const Value& ok) {
+  std::vector<int64_t> dims(ok.rank());
+  for (int64_t d = 0; d < ok.rank(); ++d) dims[d] = d;
+  return b.reduce(ok, b.scalar(1, DType::Bool), dims, Binary::And);
+}
+
+// ---- Cholesky
+
+// LAPACK's potrf info from the factor [B, n, n]: the order (1-based) of the
+// first leading minor whose pivot is not positive (XLA leaves NaN from there
+// on), 0 if none.
+Value cholesky_info(Builder& b, const Value& l) {
+  const int64_t batch = l.shape()[0], n = l.shape()[1];
+  Value d = diagonal(b, l);
+  Value bad = b.unary(Unary::Not, b.compare(Compare::GT, d, b.constant(0, d.type)));
+  const TensorType it{DType::Int32, {batch, n}};
+  Value order = b.binary(Binary::Add, b.iota(it, 1), b.constant_int(1, it));
+  Value first = b.reduce(b.select(bad, order, b.constant_int(n + 1, it)), b.constant_int(n + 1, {DType::Int32, {}}),
+                         {1}, Binary::Minimum);
+  const TensorType info{DType::Int32, {batch}};
+  return b.select(b.compare(Compare::EQ, first, b.constant_int(n + 1, info)), b.constant_int(0, info), first);
+}
+
+const char* kNotPositiveDefinite =
+    ": The factorization could not be completed because the input is not positive-definite.";
+
+// The factor and its info, batch flattened.
+std::pair<Value, Value> cholesky_of(Builder& b, const Value& a, bool upper) {
+  Value l = triangle(b, b.cholesky(a, !upper), upper);
+  return {l, cholesky_info(b, upper ? transpose_last(b, l) : l)};
+}
+
+// linalg_cholesky_ex(self, *, upper=False, check_errors=False) -> (L, info)
+std::vector<Value> linalg_cholesky_ex(LoweringContext& c) {
+  const bool upper = c.has(1) && c.args[1].b;
+  if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
+  auto [l, info] =
+      cholesky_of(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), c.out(0).dtype), batch_of(c.out(0).shape)), upper);
+  if (c.has(2) && c.args[2].b)
+    c.checks.push_back({all_true(c.b, c.b.compare(Compare::EQ, info, c.b.constant_int(0, info.type))),
+                        std::string("linalg.cholesky") + kNotPositiveDefinite, false});
+  return {c.b.reshape(l, c.out(0).shape), c.b.reshape(info, c.out(1).shape)};
+}
+
+// cholesky(self, upper=False): the deprecated form, which always checks.
+std::vector<Value> cholesky(LoweringContext& c) {
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  auto [l, info] = cholesky_of(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), c.out().dtype), batch_of(c.out().shape)),
+                               c.has(1) && c.args[1].b);
+  c.checks.push_back({all_true(c.b, c.b.compare(Compare::EQ, info, c.b.constant_int(0, info.type))),
+                      std::string("cholesky") + kNotPositiveDefinite, false});
+  return {c.b.reshape(l, c.out().shape)};
+}
+
+// X with L L^H X = B (or U^H U X = B), a and rhs batch-flattened alike.
+Value cholesky_solve_of(Builder& b, const Value& factor, const Value& rhs, bool upper) {
+  Value y = tri_solve(b, factor, rhs, true, !upper, false, upper);
+  return tri_solve(b, factor, y, true, !upper, false, !upper);
+}
+
+// _cholesky_solve_helper(self=B, A=factor, upper): cholesky_solve has broadcast both.
+std::vector<Value> cholesky_solve_helper(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  const Shape batch = batch_of(c.out().shape);
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  Value x = cholesky_solve_of(c.b, flat_batch(c.b, c.b.cast(c.tensor(1), t), batch),
+                              flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), c.args[2].b);
+  return {c.b.reshape(x, c.out().shape)};
+}
+
+Value identity_like(Builder& b, const TensorType& t) {
+  return b.select(diagonal_mask(b, t), b.constant(1, t), b.constant(0, t));
+}
+
+// cholesky_inverse(self=factor, upper=False): (L L^H)^-1.
+std::vector<Value> cholesky_inverse(LoweringContext& c) {
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  Value f = flat_batch(c.b, c.b.cast(c.tensor(0), c.out().dtype), batch_of(c.out().shape));
+  return {c.b.reshape(cholesky_solve_of(c.b, f, identity_like(c.b, f.type), c.has(1) && c.args[1].b), c.out().shape)};
+}
+
+// ---- Triangular solves
+
+// linalg_solve_triangular(self=A, B, *, upper, left=True, unitriangular=False)
+std::vector<Value> linalg_solve_triangular(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  const bool upper = c.args[2].b, left = !c.has(3) || c.args[3].b, unit = c.has(4) && c.args[4].b;
+  const Shape batch = batch_of(c.out().shape);
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), rhs = flat_batch(c.b, c.b.cast(c.tensor(1), t), batch);
+  return {c.b.reshape(tri_solve(c.b, a, rhs, left, !upper, unit, false), c.out().shape)};
+}
+
+// triangular_solve(self=B, A, upper=True, transpose=False, unitriangular=False)
+//   -> (solution, cloned_coefficient)
+std::vector<Value> triangular_solve(LoweringContext& c) {
+  const DType t = c.out(0).dtype;
+  const bool upper = !c.has(2) || c.args[2].b, transpose = c.has(3) && c.args[3].b, unit = c.has(4) && c.args[4].b;
+  const Shape batch = batch_of(c.out(0).shape);
+  Value a = c.b.broadcast_to(c.b.cast(c.tensor(1), t), c.out(1).shape);
+  if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), a};
+  Value x = tri_solve(c.b, flat_batch(c.b, a, batch), flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), true, !upper,
+                      unit, transpose);
+  return {c.b.reshape(x, c.out(0).shape), a};
+}
+
+// ---- LU
+
+struct Lu {
+  Value lu, pivots, info;  // [B, m, n]; int32 [B, min(m, n)], 1-based; int32 [B]
+};
+
+Value i32(Builder& b, int64_t v) { return b.constant_int(v, {DType::Int32, {}}); }
+
+// The LU factorization with partial pivoting of each matrix of x [B, m, n],
+// as LAPACK's getrf: column j takes the row of largest magnitude at or below
+// j as its pivot (the first of equal ones), the rows below are scaled by its
+// reciprocal and the trailing block updated. info is the first zero pivot
+// (1-based), 0 if none; the factorization goes on past it.
+Lu lu_factor(Builder& b, const Value& x) {
+  const int64_t batch = x.shape()[0], m = x.shape()[1], n = x.shape()[2], k = std::min(m, n);
+  const DType t = x.dtype();
+  auto state = b.while_loop(
+      {i32(b, 0), x, b.constant_int(0, {DType::Int32, {batch, k}}), b.constant_int(0, {DType::Int32, {batch}})},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        return {r.compare(Compare::LT, s[0], i32(r, k))};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        const Value &j = s[0], &a = s[1], &pivots = s[2], &info = s[3], zero = i32(r, 0);
+        const TensorType full{DType::Int32, {batch, m, n}}, column{DType::Int32, {batch, m}};
+        auto splat = [&](const Value& v, const Shape& shape, std::vector<int64_t> dims) {
+          return r.broadcast_in_dim(v, shape, dims);
+        };
+        // The pivot row p of column j: the largest magnitude at or below j
+        // (NaN only if all are), the first of equal ones.
+        Value col = r.reshape(r.dynamic_slice(a, {zero, zero, j}, {batch, m, 1}), {batch, m});
+        Value rows = r.iota(column, 1), jc = splat(j, {batch, m}, {});
+        Value mag = r.unary(Unary::Abs, col);
+        mag = r.select(r.compare(Compare::NE, mag, mag), r.constant(-1, mag.type), mag);
+        mag = r.select(r.compare(Compare::GE, rows, jc), mag, r.constant(-2, mag.type));
+        Value best = r.reduce(mag, r.scalar(-3, t), {1}, Binary::Maximum);
+        Value is_best = r.compare(Compare::EQ, mag, splat(best, {batch, m}, {0}));
+        Value p = r.reduce(r.select(is_best, rows, r.constant_int(m, column)), i32(r, m), {1}, Binary::Minimum);
+        // Swap rows j and p.
+        Value rows_full = r.iota(full, 1), cols_full = r.iota(full, 2), jf = splat(j, {batch, m, n}, {});
+        Value row_j = r.dynamic_slice(a, {zero, j, zero}, {batch, 1, n});
+        stablehlo::GatherDims g;
+        g.offset_dims = {2};
+        g.collapsed_slice_dims = {1};
+        g.operand_batching_dims = {0};
+        g.start_indices_batching_dims = {0};
+        g.start_index_map = {1};
+        g.index_vector_dim = 2;
+        Value row_p = r.gather(a, r.reshape(p, {batch, 1, 1}), g, {1, 1, n});  // [B, 1, n]
+        Value pf = splat(p, {batch, m, n}, {0});
+        Value swapped =
+            r.select(r.compare(Compare::EQ, rows_full, jf), splat(r.reshape(row_p, {batch, n}), {batch, m, n}, {0, 2}),
+                     r.select(r.compare(Compare::EQ, rows_full, pf),
+                              splat(r.reshape(row_j, {batch, n}), {batch, m, n}, {0, 2}), a));
+        // Eliminate below the pivot.
+        Value pivot = r.reshape(r.dynamic_slice(swapped, {zero, j, j}, {batch, 1, 1}), {batch});
+        Value pivot_f = splat(pivot, {batch, m, n}, {0});
+        Value nonzero = r.compare(Compare::NE, pivot_f, r.constant(0, pivot_f.type));
+        Value below = r.compare(Compare::GT, rows_full, jf);
+        Value col_f = splat(r.reshape(r.dynamic_slice(swapped, {zero, zero, j}, {batch, m, 1}), {batch, m}),
+                            {batch, m, n}, {0, 1});
+        Value multiplier = r.select(
+            nonzero, r.binary(Binary::Multiply, col_f, r.binary(Binary::Divide, r.constant(1, pivot_f.type), pivot_f)),
+            col_f);
+        Value row_f = splat(r.reshape(r.dynamic_slice(swapped, {zero, j, zero}, {batch, 1, n}), {batch, n}),
+                            {batch, m, n}, {0, 2});
+        Value updated = r.binary(Binary::Subtract, swapped, r.binary(Binary::Multiply, multiplier, row_f));
+        Value right = r.compare(Compare::GT, cols_full, jf), at_j = r.compare(Compare::EQ, cols_full, jf);
+        Value next = r.select(r.binary(Binary::And, below, right), updated,
+                              r.select(r.binary(Binary::And, below, at_j), multiplier, swapped));
+        // Record the pivot (1-based) and the first zero pivot.
+        const TensorType piv_t{DType::Int32, {batch, k}};
+        Value at = r.compare(Compare::EQ, r.iota(piv_t, 1), splat(j, {batch, k}, {}));
+        Value one = i32(r, 1);
+        Value next_pivots =
+            r.select(at, splat(r.binary(Binary::Add, p, r.constant_int(1, p.type)), {batch, k}, {0}), pivots);
+        const TensorType info_t{DType::Int32, {batch}};
+        Value first_zero = r.binary(Binary::And, r.compare(Compare::EQ, pivot, r.constant(0, pivot.type)),
+                                    r.compare(Compare::EQ, info, r.constant_int(0, info_t)));
+        Value next_info = r.select(first_zero, splat(r.binary(Binary::Add, j, one), {batch}, {}), info);
+        return {r.binary(Binary::Add, j, one), next, next_pivots, next_info};
+      });
+  return {state[1], state[2], state[3]};
+}
+
+// perm [B, n] with (P^T x)[i] = x[perm[i]]: the row swaps of the 1-based
+// pivots [B, k] applied in order to 0..n-1.
+Value permutation(Builder& b, const Value& pivots, int64_t n) {
+  const int64_t batch = pivots.shape()[0], k = pivots.shape()[1];
+  const TensorType t{DType::Int32, {batch, n}};
+  auto state = b.while_loop(
+      {i32(b, 0), b.iota(t, 1), pivots},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        return {r.compare(Compare::LT, s[0], i32(r, k))};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        const Value &j = s[0], &perm = s[1], zero = i32(r, 0);
+        Value p = r.binary(Binary::Subtract, r.reshape(r.dynamic_slice(s[2], {zero, j}, {batch, 1}), {batch}),
+                           r.constant_int(1, {DType::Int32, {batch}}));
+        Value idx = r.iota(t, 1), jb = r.broadcast_in_dim(j, {batch, n}, {}),
+              pb = r.broadcast_in_dim(p, {batch, n}, {0});
+        Value at_p = r.compare(Compare::EQ, idx, pb);
+        Value vj =
+            r.broadcast_in_dim(r.reshape(r.dynamic_slice(perm, {zero, j}, {batch, 1}), {batch}), {batch, n}, {0});
+        Value vp = r.broadcast_in_dim(r.reduce(r.select(at_p, perm, r.constant_int(0, t)), i32(r, 0), {1}, Binary::Add),
+                                      {batch, n}, {0});
+        Value next = r.select(r.compare(Compare::EQ, idx, jb), vp, r.select(at_p, vj, perm));
+        return {r.binary(Binary::Add, j, i32(r, 1)), next, s[2]};
+      });
+  return state[1];
+}
+
+// inverse[perm[i]] = i, in integers.
+Value inverse_permutation(Builder& b, const Value& perm) {
+  const int64_t batch = perm.shape()[0], n = perm.shape()[1];
+  const TensorType t{DType::Int32, {batch, n, n}};  // [B, i, j]
+  Value hit = b.compare(Compare::EQ, b.broadcast_in_dim(perm, t.shape, {0, 1}), b.iota(t, 2));
+  return b.reduce(b.select(hit, b.iota(t, 1), b.constant_int(0, t)), i32(b, 0), {1}, Binary::Add);
+}
+
+// rows[b, i] = x[b, perm[b, i]] for x [B, n, k].
+Value permute_rows(Builder& b, const Value& x, const Value& perm) {
+  stablehlo::GatherDims g;
+  g.offset_dims = {2};
+  g.collapsed_slice_dims = {1};
+  g.operand_batching_dims = {0};
+  g.start_indices_batching_dims = {0};
+  g.start_index_map = {1};
+  g.index_vector_dim = 2;
+  const int64_t batch = x.shape()[0], n = perm.shape()[1];
+  return b.gather(x, b.reshape(perm, {batch, n, 1}), g, {1, 1, x.shape()[2]});
+}
+
+// X with A X = B (left) or X A = B, adjoint: A^H in place of A; A = P L U
+// given by lu [B, n, n] and pivots, rhs [B, n, k] (left) or [B, k, n].
+Value lu_solve_of(Builder& b, const Value& lu, const Value& pivots, const Value& rhs, bool left, bool adjoint) {
+  if (!left)  // X A = B is A^T X^T = B^T (real dtypes)
+    return transpose_last(b, lu_solve_of(b, lu, pivots, transpose_last(b, rhs), true, !adjoint));
+  Value perm = permutation(b, pivots, lu.shape()[1]);
+  if (!adjoint) {
+    Value y = tri_solve(b, lu, permute_rows(b, rhs, perm), true, true, true, false);
+    return tri_solve(b, lu, y, true, false, false, false);
+  }
+  Value y = tri_solve(b, lu, rhs, true, false, false, true);
+  Value z = tri_solve(b, lu, y, true, true, true, true);
+  return permute_rows(b, z, inverse_permutation(b, perm));
+}
+
+Value flat_pivots(Builder& b, const Value& pivots, const Shape& batch) {
+  Shape full = batch;
+  full.push_back(pivots.shape().back());
+  return b.reshape(b.broadcast_to(b.cast(pivots, DType::Int32), full), {product(batch), full.back()});
+}
+
+Value info_check(Builder& b, const Value& info) {
+  return all_true(b, b.compare(Compare::EQ, info, b.constant_int(0, info.type)));
+}
+
+// linalg_lu_factor_ex(A, *, pivot=True, check_errors=False) -> (LU, pivots, info)
+std::vector<Value> linalg_lu_factor_ex(LoweringContext& c) {
+  if (c.has(1) && !c.args[1].b) throw Declined("linalg_lu_factor_ex: pivot=False (CPU has no such LU either)");
+  if (c.out(0).numel() == 0)
+    return {c.b.constant(0, c.out(0)), c.b.constant_int(1, c.out(1)), c.b.constant(0, c.out(2))};
+  Lu f = lu_factor(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), c.out(0).dtype), batch_of(c.out(0).shape)));
+  if (c.has(2) && c.args[2].b)
+    c.checks.push_back({info_check(c.b, f.info),
+                        "torch.linalg.lu_factor_ex: The factorization is singular (a zero pivot): U is not invertible.",
+                        false});
+  return {c.b.reshape(f.lu, c.out(0).shape), c.b.reshape(f.pivots, c.out(1).shape),
+          c.b.reshape(f.info, c.out(2).shape)};
+}
+
+// linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False)
+std::vector<Value> linalg_lu_solve(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  const bool left = !c.has(3) || c.args[3].b, adjoint = c.has(4) && c.args[4].b;
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  const Shape batch = batch_of(c.out().shape);
+  Value x = lu_solve_of(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), flat_pivots(c.b, c.tensor(1), batch),
+                        flat_batch(c.b, c.b.cast(c.tensor(2), t), batch), left, adjoint);
+  return {c.b.reshape(x, c.out().shape)};
+}
+
+const char* kSingular = ": The solver failed because the input matrix is singular.";
+
+// _linalg_solve_ex(A, B, *, left=True, check_errors=False) -> (result, LU, pivots, info).
+// B is a vector when it has A's shape without the last dimension (or is 1-D).
+std::vector<Value> linalg_solve_ex(LoweringContext& c) {
+  const DType t = c.out(0).dtype;
+  const bool left = !c.has(2) || c.args[2].b;
+  const TensorType& lu_t = c.out(1);
+  const int64_t n = lu_t.shape.back();
+  if (lu_t.numel() == 0 || c.out(0).numel() == 0)
+    return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant_int(1, c.out(2)),
+            c.b.constant(0, c.out(3))};
+  const Shape lu_batch = batch_of(lu_t.shape);
+  Lu f = lu_factor(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), t), lu_batch));
+  const bool vector = c.out(0).rank() == lu_t.rank() - 1;
+  Value rhs = c.b.cast(c.tensor(1), t);
+  Shape result_shape = c.out(0).shape;
+  if (vector) {
+    result_shape.insert(left ? result_shape.end() : result_shape.end() - 1, 1);
+    Shape rs = rhs.shape();
+    rs.insert(left ? rs.end() : rs.end() - 1, 1);
+    rhs = c.b.reshape(rhs, rs);
+  }
+  const Shape batch = batch_of(result_shape);
+  // LU's batch is A's broadcast one; the result's may be larger (B's).
+  Value lu = flat_batch(c.b, c.b.reshape(f.lu, lu_t.shape), batch);
+  Value piv = flat_pivots(c.b, c.b.reshape(f.pivots, c.out(2).shape), batch);
+  Value x = lu_solve_of(c.b, lu, piv, flat_batch(c.b, rhs, batch), left, false);
+  if (c.has(3) && c.args[3].b)
+    c.checks.push_back({info_check(c.b, f.info), std::string("torch.linalg.solve") + kSingular, false});
+  return {c.b.reshape(x, c.out(0).shape), c.b.reshape(f.lu, lu_t.shape), c.b.reshape(f.pivots, c.out(2).shape),
+          c.b.reshape(f.info, c.out(3).shape)};
+}
+
+// linalg_inv_ex(A, *, check_errors=False) -> (inverse, info)
+std::vector<Value> linalg_inv_ex(LoweringContext& c) {
+  if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), c.out(0).dtype), batch_of(c.out(0).shape));
+  Lu f = lu_factor(c.b, a);
+  Value x = lu_solve_of(c.b, f.lu, f.pivots, identity_like(c.b, a.type), true, false);
+  if (c.has(1) && c.args[1].b)
+    c.checks.push_back({info_check(c.b, f.info), std::string("linalg.inv") + kSingular, false});
+  return {c.b.reshape(x, c.out(0).shape), c.b.reshape(f.info, c.out(1).shape)};
+}
+
+// -1 where the pivots make an odd permutation, else 1 ([B], dtype t).
+Value permutation_sign(Builder& b, const Value& pivots, DType t) {
+  const TensorType it = pivots.type;
+  Value moved = b.compare(Compare::NE, pivots, b.binary(Binary::Add, b.iota(it, 1), b.constant_int(1, it)));
+  Value swaps = b.reduce(b.convert(moved, DType::Int32), i32(b, 0), {1}, Binary::Add);
+  Value odd = b.compare(Compare::EQ, b.binary(Binary::And, swaps, b.constant_int(1, swaps.type)),
+                        b.constant_int(1, swaps.type));
+  const TensorType st{t, {pivots.shape()[0]}};
+  return b.select(odd, b.constant(-1, st), b.constant(1, st));
+}
+
+// The LU that CPU's _linalg_det and _linalg_slogdet return (their backward
+// solves with it): of A^T when A is contiguous (det(A^T) = det(A); LAPACK
+// wants column-major), else of A.
+Lu determinant_lu(LoweringContext& c, const Shape& lu_shape) {
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), c.out(0).dtype), batch_of(lu_shape));
+  return lu_factor(c.b, c.args[0].contiguous ? transpose_last(c.b, a) : a);
+}
+
+// _linalg_det(A) -> (result, LU, pivots): the product of U's diagonal, signed by the permutation.
+std::vector<Value> linalg_det(LoweringContext& c) {
+  const DType t = c.out(0).dtype;
+  if (c.out(1).numel() == 0)
+    return {c.b.constant(1, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant_int(1, c.out(2))};
+  Lu f = determinant_lu(c, c.out(1).shape);
+  Value det = c.b.reduce(diagonal(c.b, f.lu), c.b.scalar(1, t), {1}, Binary::Multiply);
+  det = c.b.binary(Binary::Multiply, det, permutation_sign(c.b, f.pivots, t));
+  return {c.b.reshape(det, c.out(0).shape), c.b.reshape(f.lu, c.out(1).shape), c.b.reshape(f.pivots, c.out(2).shape)};
+}
+
+// _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
+std::vector<Value> linalg_slogdet(LoweringContext& c) {
+  const DType t = c.out(0).dtype;
+  if (c.out(2).numel() == 0)
+    return {c.b.constant(1, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2)),
+            c.b.constant_int(1, c.out(3))};
+  Lu f = determinant_lu(c, c.out(2).shape);
+  Value d = diagonal(c.b, f.lu);
+  Value zero = c.b.constant(0, d.type);
+  Value signs = c.b.select(c.b.compare(Compare::GT, d, zero), c.b.constant(1, d.type),
+                           c.b.select(c.b.compare(Compare::LT, d, zero), c.b.constant(-1, d.type), zero));
+  Value sign = c.b.binary(Binary::Multiply, c.b.reduce(signs, c.b.scalar(1, t), {1}, Binary::Multiply),
+                          permutation_sign(c.b, f.pivots, t));
+  Value logabs = c.b.reduce(c.b.unary(Unary::Log, c.b.unary(Unary::Abs, d)), c.b.scalar(0, t), {1}, Binary::Add);
+  return {c.b.reshape(sign, c.out(0).shape), c.b.reshape(logabs, c.out(1).shape), c.b.reshape(f.lu, c.out(2).shape),
+          c.b.reshape(f.pivots, c.out(3).shape)};
+}
+
+// P [B, m, m], L [B, m, k] and U [B, k, n] of a packed LU [B, m, n] and its pivots.
+std::vector<Value> unpack(Builder& b, const Value& lu, const Value& pivots) {
+  const int64_t batch = lu.shape()[0], m = lu.shape()[1], n = lu.shape()[2], k = std::min(m, n);
+  Value perm = permutation(b, pivots, m);
+  // P[r, c] = 1 where perm[c] == r: A = P L U.
+  const TensorType pt{lu.dtype(), {batch, m, m}}, it{DType::Int32, {batch, m, m}};
+  Value hit = b.compare(Compare::EQ, b.broadcast_in_dim(perm, it.shape, {0, 2}), b.iota(it, 1));
+  Value p = b.select(hit, b.constant(1, pt), b.constant(0, pt));
+  Value l = b.slice(lu, {0, 0, 0}, {batch, m, k}, {1, 1, 1});
+  l = b.select(diagonal_mask(b, l.type), b.constant(1, l.type), triangle(b, l, false, -1));
+  Value u = triangle(b, b.slice(lu, {0, 0, 0}, {batch, k, n}, {1, 1, 1}), true);
+  return {p, l, u};
+}
+
+// linalg_lu(A, *, pivot=True) -> (P, L, U)
+std::vector<Value> linalg_lu(LoweringContext& c) {
+  if (c.has(1) && !c.args[1].b) throw Declined("linalg_lu: pivot=False (CPU has no such LU either)");
+  const TensorType& a_t = c.out(1);  // L [..., m, k]
+  const int64_t m = a_t.shape[a_t.rank() - 2];
+  if (c.out(1).numel() == 0 || c.out(2).numel() == 0) {
+    const Shape batch = batch_of(c.out(0).shape);
+    Value p = identity_like(c.b, {c.out(0).dtype, {product(batch), m, m}});
+    return {c.b.reshape(p, c.out(0).shape), c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2))};
+  }
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), c.out(1).dtype), batch_of(c.out(1).shape));
+  Lu f = lu_factor(c.b, a);
+  std::vector<Value> plu = unpack(c.b, f.lu, f.pivots);
+  for (size_t i = 0; i < 3; ++i) plu[i] = c.b.reshape(plu[i], c.out(i).shape);
+  return plu;
+}
+
+// lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True) -> (P, L, U);
+// what is not unpacked is empty.
+std::vector<Value> lu_unpack(LoweringContext& c) {
+  const Value& data = c.tensor(0);
+  const Shape batch = batch_of(data.shape());
+  if (data.type.numel() == 0) throw Declined("lu_unpack: empty LU");
+  Value lu = flat_batch(c.b, data, batch);
+  std::vector<Value> plu = unpack(c.b, lu, flat_pivots(c.b, c.tensor(1), batch));
+  for (size_t i = 0; i < 3; ++i)
+    plu[i] = c.out(i).numel() == 0 ? c.b.constant(0, c.out(i))
+                                   : c.b.reshape(c.b.cast(plu[i], c.out(i).dtype), c.out(i).shape);
+  return plu;
+}
+
+}  // namespace
+
+LOWERING("aten::linalg_cholesky_ex", linalg_cholesky_ex);
+LOWERING("aten::cholesky", cholesky);
+LOWERING("aten::_cholesky_solve_helper", cholesky_solve_helper);
+LOWERING("aten::cholesky_inverse", cholesky_inverse);
+LOWERING("aten::linalg_solve_triangular", linalg_solve_triangular);
+LOWERING("aten::triangular_solve", triangular_solve);
+LOWERING("aten::linalg_lu_factor_ex", linalg_lu_factor_ex);
+LOWERING("aten::linalg_lu_solve", linalg_lu_solve);
+LOWERING("aten::_linalg_solve_ex", linalg_solve_ex);
+LOWERING("aten::linalg_inv_ex", linalg_inv_ex);
+LOWERING("aten::_linalg_det", linalg_det);
+LOWERING("aten::_linalg_slogdet", linalg_slogdet);
+LOWERING("aten::linalg_lu", linalg_lu);
+LOWERING("aten::lu_unpack", lu_unpack);
+
+}  // namespace torch_tpu::lowering

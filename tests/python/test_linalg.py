@@ -1,0 +1,107 @@
+"""Matrix factorizations and solves (csrc/lowering/factorizations.cpp), against
+CPU with the fallback off: values, batching and broadcasting, singular and
+non-positive-definite inputs (info and PyTorch's own errors), autograd."""
+
+import pytest
+import torch
+
+import torch_tpu
+from conftest import compare_fn
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def spd(*batch, n=4):
+    a = torch.randn(*batch, n, n)
+    return a @ a.mT + n * torch.eye(n)
+
+
+def same(fn, *inputs, tol=TOL):
+    """fn's outputs (a tensor or a tuple of them) on tpu and CPU, fallback off."""
+    expected = fn(*inputs)
+    with torch_tpu.set_fallback("error"):
+        actual = fn(*[x.to("tpu") for x in inputs])
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    for a, e in zip(actual, expected, strict=True):
+        assert a.device.type == "tpu" and a.dtype == e.dtype and a.shape == e.shape, (a.dtype, e.dtype, a.shape)
+        torch.testing.assert_close(a.cpu(), e, **tol)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky(upper):
+    a = spd(3)
+    same(lambda x: torch.linalg.cholesky_ex(x, upper=upper), a)
+    same(lambda x: torch.cholesky(x, upper=upper), a[0])
+    factor = torch.linalg.cholesky(a, upper=upper)
+    b = torch.randn(3, 4, 2)
+    same(lambda f, y: torch.cholesky_solve(y, f, upper=upper), factor, b)
+    same(lambda f: torch.cholesky_inverse(f, upper=upper), factor[1])
+
+
+def test_cholesky_of_a_matrix_that_is_not_positive_definite():
+    a = -spd(2)
+    # info: the failing minor, as LAPACK reports it (L past it differs: LAPACK stops there)
+    same(lambda x: torch.linalg.cholesky_ex(x).info, a[:1])
+    with pytest.raises(RuntimeError, match="not positive-definite"):
+        torch.linalg.cholesky(a.to("tpu"))
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("unit", [True, False])
+def test_solve_triangular(left, upper, unit):
+    a = torch.randn(2, 1, 4, 4) + 4 * torch.eye(4)  # broadcast against b's batch
+    b = torch.randn(3, 4, 5) if left else torch.randn(3, 5, 4)
+    same(lambda x, y: torch.linalg.solve_triangular(x, y, upper=upper, left=left, unitriangular=unit), a, b)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triangular_solve(transpose):
+    a, b = torch.randn(3, 4, 4) + 4 * torch.eye(4), torch.randn(3, 4, 2)
+    same(lambda y, x: torch.triangular_solve(y, x, upper=False, transpose=transpose), b, a)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 5, 3), (2, 3, 5)])
+def test_lu_factor_and_unpack(shape):
+    a = torch.randn(*shape)
+    same(torch.linalg.lu_factor_ex, a)
+    same(torch.linalg.lu, a)
+    same(lambda x: torch.lu_unpack(*torch.linalg.lu_factor(x)), a)
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [True, False])
+def test_lu_solve(left, adjoint):
+    a, b = torch.randn(3, 4, 4), torch.randn(3, 4, 2)
+    lu, pivots = torch.linalg.lu_factor(a)
+    same(lambda f, p, y: torch.linalg.lu_solve(f, p, y, left=left, adjoint=adjoint), lu, pivots, b if left else b.mT)
+
+
+def test_solve_inverse_and_determinants():
+    a = torch.randn(3, 4, 4)
+    same(torch.linalg.solve, a, torch.randn(3, 4, 2))
+    same(torch.linalg.solve, a, torch.randn(3, 4))  # a batch of vectors
+    same(torch.linalg.solve, a[0], torch.randn(2, 3, 4, 1))  # A broadcast over B's batch
+    same(lambda x, y: torch.linalg.solve(x, y, left=False), a, torch.randn(3, 2, 4))
+    same(torch.linalg.inv, a)
+    same(torch.linalg.det, a)
+    same(torch.linalg.slogdet, a)
+
+
+def test_singular_matrices():
+    singular = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
+    same(torch.linalg.det, singular)
+    same(torch.linalg.slogdet, singular)
+    same(torch.linalg.lu_factor_ex, torch.zeros(2, 3, 3))  # info: the first zero pivot
+    with pytest.raises(RuntimeError, match="singular"):
+        torch.linalg.inv(singular.to("tpu"))
+
+
+def test_gradients():
+    compare_fn(torch.linalg.solve, torch.randn(3, 4, 4), torch.randn(3, 4, 2), tol={"atol": 1e-3, "rtol": 1e-3})
+    compare_fn(torch.linalg.cholesky, spd(2), tol={"atol": 1e-3, "rtol": 1e-3})
+    compare_fn(torch.linalg.det, torch.randn(2, 3, 3), tol={"atol": 1e-3, "rtol": 1e-3})
+    compare_fn(lambda a: torch.linalg.det(a.mT), torch.randn(2, 3, 3), tol={"atol": 1e-3, "rtol": 1e-3})
+    compare_fn(lambda a: torch.linalg.slogdet(a).logabsdet, torch.randn(2, 3, 3), tol={"atol": 1e-3, "rtol": 1e-3})
+    compare_fn(torch.linalg.inv, torch.randn(3, 3) + 3 * torch.eye(3), tol={"atol": 1e-3, "rtol": 1e-3})
