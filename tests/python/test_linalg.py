@@ -4,9 +4,9 @@ non-positive-definite inputs (info and PyTorch's own errors), autograd."""
 
 import pytest
 import torch
+from conftest import compare_fn
 
 import torch_tpu
-from conftest import compare_fn
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 
