@@ -1,7 +1,7 @@
 // Meta kernels (output shapes and dtypes) for ops PyTorch ships without one,
 // so that the general kernel can lower them: the fused GRU cell, which
-// nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either, and
-// _logcumsumexp.
+// nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
+// _logcumsumexp and geqrf.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -45,6 +45,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
 // _logcumsumexp(self, dim): self's shape and dtype (logcumsumexp checks the dtype first).
 at::Tensor logcumsumexp(const at::Tensor& self, int64_t /*dim*/) { return meta_like(self, self.sizes()); }
 
+// geqrf(self [..., m, n]) -> (a [..., m, n], tau [..., min(m, n)]), LAPACK's checks.
+std::tuple<at::Tensor, at::Tensor> geqrf(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
+              "torch.geqrf: Expected a floating point or complex tensor as input. Got ", self.scalar_type());
+  std::vector<int64_t> tau(self.sizes().begin(), self.sizes().end() - 2);
+  tau.push_back(std::min(self.size(-2), self.size(-1)));
+  return {meta_like(self, self.sizes()), meta_like(self, tau)};
+}
+
 bool lacks_meta(const char* op) {
   auto handle = c10::Dispatcher::singleton().findOp({op, ""});
   return handle && !handle->hasKernelForDispatchKey(c10::DispatchKey::Meta);
@@ -62,6 +72,7 @@ void register_missing_meta_kernels() {
   if (lacks_meta("aten::_thnn_fused_gru_cell_backward"))
     library->impl("_thnn_fused_gru_cell_backward", TORCH_FN(fused_gru_cell_backward));
   if (lacks_meta("aten::_logcumsumexp")) library->impl("_logcumsumexp", TORCH_FN(logcumsumexp));
+  if (lacks_meta("aten::geqrf")) library->impl("geqrf", TORCH_FN(geqrf));
 }
 
 }  // namespace torch_tpu::aten

@@ -492,6 +492,157 @@ std::vector<Value> lu_unpack(LoweringContext& c) {
   return plu;
 }
 
+
+// ---- QR (Householder reflectors, LAPACK's geqrf / orgqr / ormqr)
+
+// Reflector j of a geqrf-packed a [B, m, n]: 1 at row j, a's column j below
+// it, 0 above ([B, m]).
+Value reflector(Builder& r, const Value& a, const Value& j) {
+  const int64_t batch = a.shape()[0], m = a.shape()[1];
+  Value zero = i32(r, 0);
+  Value col = r.reshape(r.dynamic_slice(a, {zero, zero, j}, {batch, m, 1}), {batch, m});
+  Value rows = r.iota({DType::Int32, {batch, m}}, 1), jb = r.broadcast_in_dim(j, {batch, m}, {});
+  return r.select(r.compare(Compare::EQ, rows, jb), r.constant(1, col.type),
+                  r.select(r.compare(Compare::GT, rows, jb), col, r.constant(0, col.type)));
+}
+
+// x - tau v (v^T x) for x [B, m, p], v [B, m], tau [B]: H x, H = I - tau v v^T.
+Value reflect(Builder& r, const Value& x, const Value& v, const Value& tau) {
+  const Shape& s = x.shape();
+  Value w = r.dot_general(v, x, {0}, {0}, {1}, {1});  // [B, p]
+  Value tv = r.binary(Binary::Multiply, v, r.broadcast_in_dim(tau, v.shape(), {0}));
+  return r.binary(Binary::Subtract, x,
+                  r.binary(Binary::Multiply, r.broadcast_in_dim(tv, s, {0, 1}), r.broadcast_in_dim(w, s, {0, 2})));
+}
+
+// geqrf of x [B, m, n]: R on and above the diagonal, reflector j's tail below
+// it, tau [B, min(m, n)]. Reflector j as LAPACK's dlarfg makes it: beta =
+// -sign(alpha) |(alpha, x)|, tau = (beta - alpha) / beta, tail x / (alpha - beta);
+// none (tau 0) when the tail is already 0.
+std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
+  const int64_t batch = x.shape()[0], m = x.shape()[1], n = x.shape()[2], k = std::min(m, n);
+  const DType t = x.dtype();
+  auto state = b.while_loop(
+      {i32(b, 0), x, b.constant(0, {t, {batch, k}})},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        return {r.compare(Compare::LT, s[0], i32(r, k))};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        const Value &j = s[0], &a = s[1], zero = i32(r, 0);
+        const TensorType vt{t, {batch, m}}, bt{t, {batch}};
+        Value col = r.reshape(r.dynamic_slice(a, {zero, zero, j}, {batch, m, 1}), {batch, m});
+        Value rows = r.iota({DType::Int32, {batch, m}}, 1), jb = r.broadcast_in_dim(j, {batch, m}, {});
+        Value below = r.compare(Compare::GT, rows, jb);
+        Value alpha = r.reshape(r.dynamic_slice(a, {zero, j, j}, {batch, 1, 1}), {batch});
+        Value tail = r.reduce(r.select(below, r.binary(Binary::Multiply, col, col), r.constant(0, vt)),
+                              r.scalar(0, t), {1}, Binary::Add);
+        Value norm = r.unary(Unary::Sqrt, r.binary(Binary::Add, r.binary(Binary::Multiply, alpha, alpha), tail));
+        Value beta = r.select(r.compare(Compare::GE, alpha, r.constant(0, bt)), r.unary(Unary::Negate, norm), norm);
+        Value none = r.compare(Compare::EQ, tail, r.constant(0, bt));
+        Value tau = r.select(none, r.constant(0, bt), r.binary(Binary::Divide, r.binary(Binary::Subtract, beta, alpha), beta));
+        Value scale = r.select(none, r.constant(0, bt),
+                               r.binary(Binary::Divide, r.constant(1, bt), r.binary(Binary::Subtract, alpha, beta)));
+        Value v = r.select(r.compare(Compare::EQ, rows, jb), r.constant(1, vt),
+                           r.select(below, r.binary(Binary::Multiply, col, r.broadcast_in_dim(scale, {batch, m}, {0})),
+                                    r.constant(0, vt)));
+        // The trailing columns get H; column j keeps beta on the diagonal and the tail below.
+        const TensorType it{DType::Int32, {batch, m, n}};
+        Value cols = r.iota(it, 2), jf = r.broadcast_in_dim(j, {batch, m, n}, {});
+        Value new_col = r.select(r.broadcast_in_dim(none, {batch, m}, {0}), col, r.select(r.compare(Compare::EQ, rows, jb), r.broadcast_in_dim(beta, {batch, m}, {0}),
+                                                     r.select(below, v, col)));
+        Value next = r.select(r.compare(Compare::GT, cols, jf), reflect(r, a, v, tau),
+                              r.select(r.compare(Compare::EQ, cols, jf), r.broadcast_in_dim(new_col, {batch, m, n}, {0, 1}),
+                                       a));
+        Value at = r.compare(Compare::EQ, r.iota({DType::Int32, {batch, k}}, 1), r.broadcast_in_dim(j, {batch, k}, {}));
+        Value taus = r.select(at, r.broadcast_in_dim(tau, {batch, k}, {0}), s[2]);
+        return {r.binary(Binary::Add, j, i32(r, 1)), next, taus};
+      });
+  return {state[1], state[2]};
+}
+
+// Applies the reflectors of geqrf-packed a [B, m, *] with tau [B, k] to
+// c [B, m, p] from the left: Q c, or Q^T c with `transpose` (Q = H_0 ... H_{k-1}).
+Value apply_q(Builder& b, const Value& a, const Value& tau, const Value& c, bool transpose) {
+  const int64_t k = tau.shape()[1], batch = tau.shape()[0];
+  auto state = b.while_loop(
+      {i32(b, 0), c},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        return {r.compare(Compare::LT, s[0], i32(r, k))};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        // Q c applies H_{k-1} first; Q^T c applies H_0 first.
+        Value j = transpose ? s[0] : r.binary(Binary::Subtract, i32(r, k - 1), s[0]);
+        Value tau_j = r.reshape(r.dynamic_slice(tau, {i32(r, 0), j}, {batch, 1}), {batch});
+        return {r.binary(Binary::Add, s[0], i32(r, 1)), reflect(r, s[1], reflector(r, a, j), tau_j)};
+      });
+  return state[1];
+}
+
+// The first `cols` columns of Q (householder_product / orgqr): Q applied to I.
+Value q_columns(Builder& b, const Value& a, const Value& tau, int64_t cols) {
+  const int64_t batch = a.shape()[0], m = a.shape()[1];
+  return apply_q(b, a, tau, identity_like(b, {a.dtype(), {batch, m, cols}}), false);
+}
+
+// geqrf(self) -> (a, tau)
+std::vector<Value> geqrf(LoweringContext& c) {
+  if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
+  auto [a, tau] = geqrf_of(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), c.out(0).dtype), batch_of(c.out(0).shape)));
+  return {c.b.reshape(a, c.out(0).shape), c.b.reshape(tau, c.out(1).shape)};
+}
+
+Value flat_tau(Builder& b, const Value& tau, const Shape& batch, DType t) {
+  Shape full = batch;
+  full.push_back(tau.shape().back());
+  return b.reshape(b.broadcast_to(b.cast(tau, t), full), {product(batch), full.back()});
+}
+
+// linalg_householder_product(input [m, n], tau [k]) -> Q [m, n]
+std::vector<Value> householder_product(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  const Shape batch = batch_of(c.out().shape);
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch);
+  Value q = q_columns(c.b, a, flat_tau(c.b, c.tensor(1), batch, t), a.shape()[2]);
+  return {c.b.reshape(q, c.out().shape)};
+}
+
+// ormqr(self [m, n], tau, other, left=True, transpose=False): Q other, Q^T
+// other, other Q or other Q^T.
+std::vector<Value> ormqr(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  const bool left = !c.has(3) || c.args[3].b, transpose = c.has(4) && c.args[4].b;
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  const Shape batch = batch_of(c.out().shape);
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), tau = flat_tau(c.b, c.tensor(1), batch, t);
+  Value other = flat_batch(c.b, c.b.cast(c.tensor(2), t), batch);
+  // other Q = (Q^T other^T)^T
+  Value y = left ? apply_q(c.b, a, tau, other, transpose)
+                 : transpose_last(c.b, apply_q(c.b, a, tau, transpose_last(c.b, other), !transpose));
+  return {c.b.reshape(y, c.out().shape)};
+}
+
+// linalg_qr(A, mode="reduced") -> (Q, R): "complete" gives Q [m, m] and R
+// [m, n]; "r" gives R only (Q empty).
+std::vector<Value> linalg_qr(LoweringContext& c) {
+  const std::string mode = c.has(1) ? c.string(1) : "reduced";
+  const DType t = c.out(1).dtype;
+  const TensorType &q_t = c.out(0), &r_t = c.out(1);
+  const Shape batch = batch_of(r_t.shape);
+  const int64_t m = c.tensor(0).shape()[c.tensor(0).rank() - 2];
+  const int64_t k = r_t.shape[r_t.rank() - 2];  // rows of R
+  if (c.tensor(0).type.numel() == 0) {
+    Value q = q_t.numel() == 0 ? c.b.constant(0, q_t) : c.b.reshape(identity_like(c.b, {t, {product(batch), m, q_t.shape.back()}}), q_t.shape);
+    return {q, c.b.constant(0, r_t)};
+  }
+  auto [a, tau] = geqrf_of(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), t), batch));
+  const int64_t n = a.shape()[2];
+  Value r = triangle(c.b, c.b.slice(a, {0, 0, 0}, {product(batch), k, n}, {1, 1, 1}), true);
+  if (mode == "r") return {c.b.constant(0, q_t), c.b.reshape(r, r_t.shape)};
+  Value q = q_columns(c.b, a, tau, q_t.shape.back());
+  return {c.b.reshape(q, q_t.shape), c.b.reshape(r, r_t.shape)};
+}
+
 }  // namespace
 
 LOWERING("aten::linalg_cholesky_ex", linalg_cholesky_ex);
@@ -508,5 +659,9 @@ LOWERING("aten::_linalg_det", linalg_det);
 LOWERING("aten::_linalg_slogdet", linalg_slogdet);
 LOWERING("aten::linalg_lu", linalg_lu);
 LOWERING("aten::lu_unpack", lu_unpack);
+LOWERING("aten::geqrf", geqrf);
+LOWERING("aten::linalg_householder_product", householder_product);
+LOWERING("aten::ormqr", ormqr);
+LOWERING("aten::linalg_qr", linalg_qr);
 
 }  // namespace torch_tpu::lowering

@@ -105,3 +105,24 @@ def test_gradients():
     compare_fn(lambda a: torch.linalg.det(a.mT), torch.randn(2, 3, 3), tol={"atol": 1e-3, "rtol": 1e-3})
     compare_fn(lambda a: torch.linalg.slogdet(a).logabsdet, torch.randn(2, 3, 3), tol={"atol": 1e-3, "rtol": 1e-3})
     compare_fn(torch.linalg.inv, torch.randn(3, 3) + 3 * torch.eye(3), tol={"atol": 1e-3, "rtol": 1e-3})
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (2, 5, 3), (3, 6), (2, 1, 4, 4)])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr(shape, mode):
+    same(lambda x: torch.linalg.qr(x, mode=mode), torch.randn(*shape))
+
+
+def test_geqrf_householder_product_and_ormqr():
+    a = torch.randn(2, 5, 3)
+    same(torch.geqrf, a)
+    packed, tau = torch.geqrf(a)
+    same(torch.linalg.householder_product, packed, tau)
+    same(torch.linalg.householder_product, packed, tau[..., :2])  # fewer reflectors than columns
+    for left, transpose in [(True, False), (True, True), (False, False), (False, True)]:
+        other = torch.randn(2, 5, 4) if left else torch.randn(2, 4, 5)
+        same(lambda p, t, o: torch.ormqr(p, t, o, left=left, transpose=transpose), packed, tau, other)
+
+
+def test_qr_gradient():
+    compare_fn(lambda a: torch.linalg.qr(a)[1], torch.randn(5, 3), tol={"atol": 1e-3, "rtol": 1e-3})
