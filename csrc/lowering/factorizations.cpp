@@ -3,6 +3,8 @@
 // plugins have no LAPACK); solve, inverse and determinants build on LU, as
 // LAPACK's do. Batch dimensions are flattened to one.
 #include <algorithm>
+#include <cmath>
+#include <functional>
 
 #include "lowering/registry.h"
 
@@ -492,7 +494,6 @@ std::vector<Value> lu_unpack(LoweringContext& c) {
   return plu;
 }
 
-
 // ---- QR (Householder reflectors, LAPACK's geqrf / orgqr / ormqr)
 
 // Reflector j of a geqrf-packed a [B, m, n]: 1 at row j, a's column j below
@@ -534,12 +535,13 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
         Value rows = r.iota({DType::Int32, {batch, m}}, 1), jb = r.broadcast_in_dim(j, {batch, m}, {});
         Value below = r.compare(Compare::GT, rows, jb);
         Value alpha = r.reshape(r.dynamic_slice(a, {zero, j, j}, {batch, 1, 1}), {batch});
-        Value tail = r.reduce(r.select(below, r.binary(Binary::Multiply, col, col), r.constant(0, vt)),
-                              r.scalar(0, t), {1}, Binary::Add);
+        Value tail = r.reduce(r.select(below, r.binary(Binary::Multiply, col, col), r.constant(0, vt)), r.scalar(0, t),
+                              {1}, Binary::Add);
         Value norm = r.unary(Unary::Sqrt, r.binary(Binary::Add, r.binary(Binary::Multiply, alpha, alpha), tail));
         Value beta = r.select(r.compare(Compare::GE, alpha, r.constant(0, bt)), r.unary(Unary::Negate, norm), norm);
         Value none = r.compare(Compare::EQ, tail, r.constant(0, bt));
-        Value tau = r.select(none, r.constant(0, bt), r.binary(Binary::Divide, r.binary(Binary::Subtract, beta, alpha), beta));
+        Value tau =
+            r.select(none, r.constant(0, bt), r.binary(Binary::Divide, r.binary(Binary::Subtract, beta, alpha), beta));
         Value scale = r.select(none, r.constant(0, bt),
                                r.binary(Binary::Divide, r.constant(1, bt), r.binary(Binary::Subtract, alpha, beta)));
         Value v = r.select(r.compare(Compare::EQ, rows, jb), r.constant(1, vt),
@@ -548,11 +550,12 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
         // The trailing columns get H; column j keeps beta on the diagonal and the tail below.
         const TensorType it{DType::Int32, {batch, m, n}};
         Value cols = r.iota(it, 2), jf = r.broadcast_in_dim(j, {batch, m, n}, {});
-        Value new_col = r.select(r.broadcast_in_dim(none, {batch, m}, {0}), col, r.select(r.compare(Compare::EQ, rows, jb), r.broadcast_in_dim(beta, {batch, m}, {0}),
-                                                     r.select(below, v, col)));
-        Value next = r.select(r.compare(Compare::GT, cols, jf), reflect(r, a, v, tau),
-                              r.select(r.compare(Compare::EQ, cols, jf), r.broadcast_in_dim(new_col, {batch, m, n}, {0, 1}),
-                                       a));
+        Value new_col = r.select(r.broadcast_in_dim(none, {batch, m}, {0}), col,
+                                 r.select(r.compare(Compare::EQ, rows, jb), r.broadcast_in_dim(beta, {batch, m}, {0}),
+                                          r.select(below, v, col)));
+        Value next =
+            r.select(r.compare(Compare::GT, cols, jf), reflect(r, a, v, tau),
+                     r.select(r.compare(Compare::EQ, cols, jf), r.broadcast_in_dim(new_col, {batch, m, n}, {0, 1}), a));
         Value at = r.compare(Compare::EQ, r.iota({DType::Int32, {batch, k}}, 1), r.broadcast_in_dim(j, {batch, k}, {}));
         Value taus = r.select(at, r.broadcast_in_dim(tau, {batch, k}, {0}), s[2]);
         return {r.binary(Binary::Add, j, i32(r, 1)), next, taus};
@@ -564,6 +567,7 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
 // c [B, m, p] from the left: Q c, or Q^T c with `transpose` (Q = H_0 ... H_{k-1}).
 Value apply_q(Builder& b, const Value& a, const Value& tau, const Value& c, bool transpose) {
   const int64_t k = tau.shape()[1], batch = tau.shape()[0];
+  if (k == 0) return c;  // no reflectors: Q = I
   auto state = b.while_loop(
       {i32(b, 0), c},
       [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
@@ -632,7 +636,8 @@ std::vector<Value> linalg_qr(LoweringContext& c) {
   const int64_t m = c.tensor(0).shape()[c.tensor(0).rank() - 2];
   const int64_t k = r_t.shape[r_t.rank() - 2];  // rows of R
   if (c.tensor(0).type.numel() == 0) {
-    Value q = q_t.numel() == 0 ? c.b.constant(0, q_t) : c.b.reshape(identity_like(c.b, {t, {product(batch), m, q_t.shape.back()}}), q_t.shape);
+    Value q = q_t.numel() == 0 ? c.b.constant(0, q_t)
+                               : c.b.reshape(identity_like(c.b, {t, {product(batch), m, q_t.shape.back()}}), q_t.shape);
     return {q, c.b.constant(0, r_t)};
   }
   auto [a, tau] = geqrf_of(c.b, flat_batch(c.b, c.b.cast(c.tensor(0), t), batch));
@@ -641,6 +646,209 @@ std::vector<Value> linalg_qr(LoweringContext& c) {
   if (mode == "r") return {c.b.constant(0, q_t), c.b.reshape(r, r_t.shape)};
   Value q = q_columns(c.b, a, tau, q_t.shape.back());
   return {c.b.reshape(q, q_t.shape), c.b.reshape(r, r_t.shape)};
+}
+
+// ---- Symmetric eigendecomposition and SVD (cyclic Jacobi)
+
+double epsilon(DType t) { return t == DType::Float64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
+
+// Column j of x [B, r, c] as [B, r].
+Value column(Builder& r, const Value& x, const Value& j) {
+  const Value zero = i32(r, 0);
+  return r.reshape(r.dynamic_slice(x, {zero, zero, j}, {x.shape()[0], x.shape()[1], 1}), {x.shape()[0], x.shape()[1]});
+}
+
+// x with columns p and q replaced by new_p and new_q ([B, r]).
+Value set_columns(Builder& r, const Value& x, const Value& p, const Value& q, const Value& new_p, const Value& new_q) {
+  const Shape& s = x.shape();
+  Value cols = r.iota({DType::Int32, s}, 2);
+  Value at_p = r.compare(Compare::EQ, cols, r.broadcast_in_dim(p, s, {}));
+  Value at_q = r.compare(Compare::EQ, cols, r.broadcast_in_dim(q, s, {}));
+  return r.select(at_p, r.broadcast_in_dim(new_p, s, {0, 1}), r.select(at_q, r.broadcast_in_dim(new_q, s, {0, 1}), x));
+}
+
+// Columns p, q of x rotated: (c x_p - s x_q, s x_p + c x_q), c and s per batch.
+Value rotate_columns(Builder& r, const Value& x, const Value& p, const Value& q, const Value& c, const Value& s) {
+  Value xp = column(r, x, p), xq = column(r, x, q);
+  Value cb = r.broadcast_in_dim(c, xp.shape(), {0}), sb = r.broadcast_in_dim(s, xp.shape(), {0});
+  auto mul = [&](const Value& a, const Value& b) { return r.binary(Binary::Multiply, a, b); };
+  return set_columns(r, x, p, q, r.binary(Binary::Subtract, mul(cb, xp), mul(sb, xq)),
+                     r.binary(Binary::Add, mul(sb, xp), mul(cb, xq)));
+}
+
+// The rotation (c, s) that makes the symmetric 2x2 [[app, apq], [apq, aqq]]
+// diagonal (Golub & Van Loan, sym.schur2); the identity where apq is 0.
+std::pair<Value, Value> jacobi_rotation(Builder& r, const Value& app, const Value& aqq, const Value& apq) {
+  const TensorType& t = apq.type;
+  auto k = [&](double v) { return r.constant(v, t); };
+  Value theta = r.binary(Binary::Divide, r.binary(Binary::Subtract, aqq, app), r.binary(Binary::Multiply, k(2), apq));
+  Value root = r.unary(Unary::Sqrt, r.binary(Binary::Add, r.binary(Binary::Multiply, theta, theta), k(1)));
+  Value sign = r.select(r.compare(Compare::LT, theta, k(0)), k(-1), k(1));
+  Value tan = r.binary(Binary::Divide, sign, r.binary(Binary::Add, r.unary(Unary::Abs, theta), root));
+  tan = r.select(r.compare(Compare::NE, tan, tan), k(0), tan);  // theta infinite: no rotation
+  Value none = r.compare(Compare::EQ, apq, k(0));
+  Value c = r.unary(Unary::Rsqrt, r.binary(Binary::Add, r.binary(Binary::Multiply, tan, tan), k(1)));
+  Value s = r.binary(Binary::Multiply, tan, c);
+  return {r.select(none, k(1), c), r.select(none, k(0), s)};
+}
+
+// Cyclic Jacobi sweeps over the pairs (p, q), p < q < n: `step` rotates the
+// state for one pair and returns how far from converged that pair was
+// (per batch); sweeps stop when a whole sweep stayed under `tolerance`, or
+// after 40.
+using JacobiStep = std::function<std::pair<std::vector<Value>, Value>(Builder&, const std::vector<Value>&,
+                                                                      const Value& p, const Value& q)>;
+std::vector<Value> jacobi_sweeps(Builder& b, const std::vector<Value>& init, int64_t n, double tolerance, DType t,
+                                 const JacobiStep& step) {
+  if (n < 2) return init;
+  // State: p, q, sweep, worst (this sweep), done, then the caller's values.
+  std::vector<Value> state{i32(b, 0), i32(b, 1), i32(b, 0), b.scalar(0, t), b.scalar(0, DType::Bool)};
+  state.insert(state.end(), init.begin(), init.end());
+  auto out = b.while_loop(
+      state,
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        return {r.binary(Binary::And, r.unary(Unary::Not, s[4]), r.compare(Compare::LT, s[2], i32(r, 40)))};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        const Value &p = s[0], &q = s[1];
+        auto [values, off] = step(r, std::vector<Value>(s.begin() + 5, s.end()), p, q);
+        Value worst = r.binary(Binary::Maximum, s[3], r.reduce(off, r.scalar(0, t), {0}, Binary::Maximum));
+        // Next pair; the sweep ends after (n-2, n-1).
+        Value q1 = r.binary(Binary::Add, q, i32(r, 1));
+        Value row_done = r.compare(Compare::EQ, q1, i32(r, n));
+        Value p1 = r.select(row_done, r.binary(Binary::Add, p, i32(r, 1)), p);
+        q1 = r.select(row_done, r.binary(Binary::Add, p1, i32(r, 1)), q1);
+        Value sweep_done = r.compare(Compare::EQ, p1, i32(r, n - 1));
+        std::vector<Value> next{
+            r.select(sweep_done, i32(r, 0), p1), r.select(sweep_done, i32(r, 1), q1),
+            r.select(sweep_done, r.binary(Binary::Add, s[2], i32(r, 1)), s[2]),
+            r.select(sweep_done, r.scalar(0, t), worst),
+            r.binary(Binary::And, sweep_done, r.compare(Compare::LE, worst, r.scalar(tolerance, t)))};
+        next.insert(next.end(), values.begin(), values.end());
+        return next;
+      });
+  return std::vector<Value>(out.begin() + 5, out.end());
+}
+
+// Sorts the values [B, k] (ascending or descending, stably) and returns them
+// with the permutation [B, k] that sorted them.
+std::pair<Value, Value> sort_with_permutation(Builder& b, const Value& values, bool descending) {
+  Value index = b.iota({DType::Int32, values.shape()}, 1);
+  auto sorted = b.sort({values, index}, 1, true, [&](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+    return {before(r, a[0], a[1], descending)};
+  });
+  return {sorted[0], sorted[1]};
+}
+
+Value permute_columns(Builder& b, const Value& x, const Value& perm) {
+  return transpose_last(b, permute_rows(b, transpose_last(b, x), perm));
+}
+
+// Eigenvalues (ascending) and eigenvectors of the symmetric a [B, n, n].
+std::pair<Value, Value> eigh_of(Builder& b, const Value& a) {
+  const int64_t batch = a.shape()[0], n = a.shape()[1];
+  const DType t = a.dtype();
+  Value norm = b.unary(Unary::Sqrt, b.reduce(b.binary(Binary::Multiply, a, a), b.scalar(0, t), {1, 2}, Binary::Add));
+  auto out = jacobi_sweeps(b, {a, identity_like(b, a.type), norm}, n, epsilon(t), t,
+                           [&](Builder& r, const std::vector<Value>& s, const Value& p, const Value& q) {
+                             const Value &x = s[0], zero = i32(r, 0);
+                             auto entry = [&](const Value& i, const Value& j) {
+                               return r.reshape(r.dynamic_slice(x, {zero, i, j}, {batch, 1, 1}), {batch});
+                             };
+                             Value app = entry(p, p), aqq = entry(q, q), apq = entry(p, q);
+                             auto [c, sn] = jacobi_rotation(r, app, aqq, apq);
+                             // J^T A J: the columns, then the rows (the columns of the transpose).
+                             Value y = rotate_columns(r, x, p, q, c, sn);
+                             y = transpose_last(r, rotate_columns(r, transpose_last(r, y), p, q, c, sn));
+                             Value v = rotate_columns(r, s[1], p, q, c, sn);
+                             Value scale = r.select(r.compare(Compare::GT, s[2], r.constant(0, s[2].type)), s[2],
+                                                    r.constant(1, s[2].type));
+                             Value off = r.binary(Binary::Divide, r.unary(Unary::Abs, apq), scale);
+                             return std::make_pair(std::vector<Value>{y, v, s[2]}, off);
+                           });
+  auto [values, perm] = sort_with_permutation(b, diagonal(b, out[0]), false);
+  return {values, permute_columns(b, out[1], perm)};
+}
+
+// _linalg_eigh(A, UPLO="L", compute_v=True) -> (eigenvalues, eigenvectors):
+// the matrix is read from the named triangle.
+std::vector<Value> linalg_eigh(LoweringContext& c) {
+  const DType t = c.out(0).dtype;
+  const bool upper = c.has(1) && c.string(1) == "U";
+  const bool vectors = !c.has(2) || c.args[2].b;
+  if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
+  const Shape batch = batch_of(c.tensor(0).shape());
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch);
+  Value strict = triangle(c.b, a, upper, upper ? 1 : -1);
+  Value sym = c.b.binary(Binary::Add, triangle(c.b, a, upper), transpose_last(c.b, strict));
+  auto [values, vecs] = eigh_of(c.b, sym);
+  return {c.b.reshape(values, c.out(0).shape), vectors ? c.b.reshape(vecs, c.out(1).shape) : c.b.constant(0, c.out(1))};
+}
+
+// The SVD of a tall x [B, m, n] (m >= n) by one-sided Jacobi: columns of x
+// rotated until orthogonal, the rotations gathered in V. Returns U [B, m,
+// cols] (cols = n, or m completed to an orthonormal basis), S [B, n]
+// descending, V [B, n, n].
+std::vector<Value> tall_svd(Builder& b, const Value& x, int64_t cols) {
+  const int64_t batch = x.shape()[0], m = x.shape()[1], n = x.shape()[2];
+  const DType t = x.dtype();
+  const double tolerance = std::sqrt(static_cast<double>(m)) * epsilon(t);
+  auto out = jacobi_sweeps(
+      b, {x, identity_like(b, {t, {batch, n, n}})}, n, tolerance, t,
+      [&](Builder& r, const std::vector<Value>& s, const Value& p, const Value& q) {
+        Value xp = column(r, s[0], p), xq = column(r, s[0], q);
+        auto dot = [&](const Value& u, const Value& v) {
+          return r.reduce(r.binary(Binary::Multiply, u, v), r.scalar(0, t), {1}, Binary::Add);
+        };
+        Value alpha = dot(xp, xp), beta = dot(xq, xq), gamma = dot(xp, xq);
+        auto [c, sn] = jacobi_rotation(r, alpha, beta, gamma);
+        Value scale = r.unary(Unary::Sqrt, r.binary(Binary::Multiply, alpha, beta));
+        Value off = r.select(r.compare(Compare::GT, scale, r.constant(0, scale.type)),
+                             r.binary(Binary::Divide, r.unary(Unary::Abs, gamma), scale), r.constant(0, scale.type));
+        return std::make_pair(
+            std::vector<Value>{rotate_columns(r, s[0], p, q, c, sn), rotate_columns(r, s[1], p, q, c, sn)}, off);
+      });
+  Value norms =
+      b.unary(Unary::Sqrt, b.reduce(b.binary(Binary::Multiply, out[0], out[0]), b.scalar(0, t), {1}, Binary::Add));
+  auto [sigma, perm] = sort_with_permutation(b, norms, true);
+  Value xs = permute_columns(b, out[0], perm), v = permute_columns(b, out[1], perm);
+  const TensorType ut{t, {batch, m, n}};
+  Value positive = b.compare(Compare::GT, b.broadcast_in_dim(sigma, ut.shape, {0, 2}), b.constant(0, ut));
+  Value u =
+      b.select(positive, b.binary(Binary::Divide, xs, b.broadcast_in_dim(sigma, ut.shape, {0, 2})), b.constant(0, ut));
+  // Columns of a zero singular value, and those past n, are an orthonormal
+  // completion: Householder QR of the known columns.
+  auto [packed, tau] = geqrf_of(b, u);
+  const TensorType full{t, {batch, m, cols}};
+  Value q = q_columns(b, packed, tau, cols);
+  Value u_wide = cols == n ? u : b.concatenate({u, b.constant(0, {t, {batch, m, cols - n}})}, 2);
+  Value pos_wide =
+      cols == n ? positive : b.concatenate({positive, b.constant(0, {DType::Bool, {batch, m, cols - n}})}, 2);
+  return {b.select(pos_wide, u_wide, q), sigma, v};
+}
+
+// _linalg_svd(A, full_matrices=False, compute_uv=True, driver=None) -> (U, S, Vh)
+std::vector<Value> linalg_svd(LoweringContext& c) {
+  const DType t = c.out(1).dtype;
+  const bool full = c.has(1) && c.args[1].b, uv = !c.has(2) || c.args[2].b;
+  const Value& a0 = c.tensor(0);
+  const int64_t m = a0.shape()[a0.rank() - 2], n = a0.shape()[a0.rank() - 1];
+  const Shape batch = batch_of(a0.shape());
+  if (a0.type.numel() == 0) {  // no singular values: U and V are identities (full) or empty
+    auto eye = [&](const TensorType& o) {
+      if (!uv || o.numel() == 0) return c.b.constant(0, o);
+      return c.b.reshape(identity_like(c.b, {o.dtype, {product(batch), o.shape[o.rank() - 2], o.shape.back()}}),
+                         o.shape);
+    };
+    return {eye(c.out(0)), c.b.constant(0, c.out(1)), eye(c.out(2))};
+  }
+  Value a = flat_batch(c.b, c.b.cast(a0, t), batch);
+  const bool wide = m < n;
+  // A wide A is the transpose of a tall one: A^T = U' S V'^T, so U = V', V = U'.
+  auto usv = tall_svd(c.b, wide ? transpose_last(c.b, a) : a, full ? std::max(m, n) : std::min(m, n));
+  Value u = wide ? usv[2] : usv[0], v = wide ? usv[0] : usv[2];
+  return {uv ? c.b.reshape(u, c.out(0).shape) : c.b.constant(0, c.out(0)), c.b.reshape(usv[1], c.out(1).shape),
+          uv ? c.b.reshape(transpose_last(c.b, v), c.out(2).shape) : c.b.constant(0, c.out(2))};
 }
 
 }  // namespace
@@ -663,5 +871,7 @@ LOWERING("aten::geqrf", geqrf);
 LOWERING("aten::linalg_householder_product", householder_product);
 LOWERING("aten::ormqr", ormqr);
 LOWERING("aten::linalg_qr", linalg_qr);
+LOWERING("aten::_linalg_eigh", linalg_eigh);
+LOWERING("aten::_linalg_svd", linalg_svd);
 
 }  // namespace torch_tpu::lowering

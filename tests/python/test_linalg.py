@@ -126,3 +126,54 @@ def test_geqrf_householder_product_and_ormqr():
 
 def test_qr_gradient():
     compare_fn(lambda a: torch.linalg.qr(a)[1], torch.randn(5, 3), tol={"atol": 1e-3, "rtol": 1e-3})
+
+
+def reconstruct(u, s, vh):
+    k = s.shape[-1]
+    return u[..., :k] @ torch.diag_embed(s) @ vh[..., :k, :]
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 3), (2, 3, 5), (6, 1), (0, 3), (2, 0, 0)])
+@pytest.mark.parametrize("full", [False, True])
+def test_svd(shape, full):
+    """Singular values as CPU's; vectors unique up to sign, so checked by
+    magnitude, orthonormality (the completion of a full U included) and by
+    reconstructing A."""
+    a = torch.randn(*shape)
+    with torch_tpu.set_fallback("error"):
+        u, s, vh = (x.cpu() for x in torch.linalg.svd(a.to("tpu"), full_matrices=full))
+    uc, sc, vhc = torch.linalg.svd(a, full_matrices=full)
+    assert (u.shape, s.shape, vh.shape) == (uc.shape, sc.shape, vhc.shape)
+    torch.testing.assert_close(s, sc, **TOL)
+    torch.testing.assert_close(reconstruct(u, s, vh), a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(u.mT @ u, torch.eye(u.shape[-1]).expand(*u.shape[:-2], -1, -1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(vh @ vh.mT, torch.eye(vh.shape[-2]).expand(*vh.shape[:-2], -1, -1), atol=1e-5, rtol=0)
+    k = s.shape[-1]
+    torch.testing.assert_close(u[..., :k].abs(), uc[..., :k].abs(), **TOL)
+
+
+def test_svd_of_rank_deficient_matrices_is_orthonormal():
+    for a in (torch.zeros(3, 3), torch.ones(4, 2)):
+        with torch_tpu.set_fallback("error"):
+            u, s, vh = (x.cpu() for x in torch.linalg.svd(a.to("tpu")))
+        torch.testing.assert_close(s, torch.linalg.svdvals(a), **TOL)
+        torch.testing.assert_close(u.mT @ u, torch.eye(u.shape[-1]), atol=1e-5, rtol=0)
+        torch.testing.assert_close(reconstruct(u, s, vh), a, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(uplo):
+    a = torch.randn(3, 5, 5)  # not symmetric: only the named triangle is read
+    with torch_tpu.set_fallback("error"):
+        w, v = (x.cpu() for x in torch.linalg.eigh(a.to("tpu"), UPLO=uplo))
+    wc, vc = torch.linalg.eigh(a, UPLO=uplo)
+    torch.testing.assert_close(w, wc, **TOL)
+    torch.testing.assert_close(v.abs(), vc.abs(), **TOL)
+    same(lambda x: torch.linalg.eigvalsh(x, UPLO=uplo), a)
+
+
+def test_svd_and_eigh_gradients():
+    tol = {"atol": 1e-3, "rtol": 1e-3}
+    compare_fn(torch.linalg.svdvals, torch.randn(4, 3), tol=tol)
+    compare_fn(lambda a: torch.linalg.eigvalsh(a + a.mT), torch.randn(4, 4), tol=tol)
+    compare_fn(torch.linalg.pinv, torch.randn(3, 4), tol=tol)
