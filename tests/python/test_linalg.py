@@ -121,7 +121,7 @@ def test_geqrf_householder_product_and_ormqr():
     same(torch.linalg.householder_product, packed, tau[..., :2])  # fewer reflectors than columns
     for left, transpose in [(True, False), (True, True), (False, False), (False, True)]:
         other = torch.randn(2, 5, 4) if left else torch.randn(2, 4, 5)
-        same(lambda p, t, o: torch.ormqr(p, t, o, left=left, transpose=transpose), packed, tau, other)
+        same(lambda p, t, o, lf=left, tr=transpose: torch.ormqr(p, t, o, left=lf, transpose=tr), packed, tau, other)
 
 
 def test_qr_gradient():
