@@ -243,32 +243,32 @@ std::vector<Value> glu_backward(LoweringContext& c) {
 }
 
 LOWERING("aten::leaky_relu", leaky_relu);
-LOWERING("aten::glu", glu);
-LOWERING("aten::glu_backward", glu_backward);
+LOWERING("aten::glu", in_float32(glu));
+LOWERING("aten::glu_backward", in_float32(glu_backward));
 LOWERING("aten::leaky_relu_backward", leaky_relu_backward);
-LOWERING("aten::gelu", gelu);
-LOWERING("aten::gelu_backward", gelu_backward);
-LOWERING("aten::silu", silu);
-LOWERING("aten::silu_backward", silu_backward);
+LOWERING("aten::gelu", in_float32(gelu));
+LOWERING("aten::gelu_backward", in_float32(gelu_backward));
+LOWERING("aten::silu", in_float32(silu));
+LOWERING("aten::silu_backward", in_float32(silu_backward));
 LOWERING("aten::hardtanh", hardtanh);
 LOWERING("aten::hardtanh_backward", hardtanh_backward);
-LOWERING("aten::elu", elu);
-LOWERING("aten::softplus", softplus);
-LOWERING("aten::hardsigmoid", hardsigmoid);
-LOWERING("aten::hardswish", hardswish);
-LOWERING("aten::mish", mish);
+LOWERING("aten::elu", in_float32(elu));
+LOWERING("aten::softplus", in_float32(softplus));
+LOWERING("aten::hardsigmoid", in_float32(hardsigmoid));
+LOWERING("aten::hardswish", in_float32(hardswish));
+LOWERING("aten::mish", in_float32(mish));
 LOWERING("aten::threshold", threshold);
 LOWERING("aten::threshold_backward", threshold_backward);
-LOWERING("aten::sigmoid_backward", sigmoid_backward);
-LOWERING("aten::tanh_backward", tanh_backward);
-LOWERING("aten::elu_backward", elu_backward);
-LOWERING("aten::softplus_backward", softplus_backward);
-LOWERING("aten::hardsigmoid_backward", hardsigmoid_backward);
-LOWERING("aten::hardswish_backward", hardswish_backward);
-LOWERING("aten::mish_backward", mish_backward);
-LOWERING("aten::log_sigmoid_forward", log_sigmoid_forward);
-LOWERING("aten::log_sigmoid_backward", log_sigmoid_backward);
-LOWERING("aten::logit", logit);
-LOWERING("aten::logit_backward", logit_backward);
+LOWERING("aten::sigmoid_backward", in_float32(sigmoid_backward));
+LOWERING("aten::tanh_backward", in_float32(tanh_backward));
+LOWERING("aten::elu_backward", in_float32(elu_backward));
+LOWERING("aten::softplus_backward", in_float32(softplus_backward));
+LOWERING("aten::hardsigmoid_backward", in_float32(hardsigmoid_backward));
+LOWERING("aten::hardswish_backward", in_float32(hardswish_backward));
+LOWERING("aten::mish_backward", in_float32(mish_backward));
+LOWERING("aten::log_sigmoid_forward", in_float32(log_sigmoid_forward));
+LOWERING("aten::log_sigmoid_backward", in_float32(log_sigmoid_backward));
+LOWERING("aten::logit", in_float32(logit));
+LOWERING("aten::logit_backward", in_float32(logit_backward));
 
 }  // namespace torch_tpu::lowering

@@ -35,20 +35,25 @@ Value transposed_weight(Builder& b, const Value& w, int64_t groups) {
   return b.reverse(b.reshape(t, merged), spatial);
 }
 
+// Low-precision convolutions sum in float32 (cuDNN's compute type); the
+// result stays float32 until the caller's one rounding.
+DType accumulation(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
+
 Value forward_conv(Builder& b, const Value& x, const Value& w, const Window& win, bool transposed) {
   ConvDims dims = ConvDims::nchw(static_cast<int64_t>(win.n));
+  const DType acc = accumulation(x.dtype());
   std::vector<std::pair<int64_t, int64_t>> pad;
   std::vector<int64_t> ones(win.n, 1);
   if (!transposed) {
     for (size_t i = 0; i < win.n; ++i) pad.push_back({win.padding[i], win.padding[i]});
-    return b.convolution(x, w, dims, win.stride, pad, ones, win.dilation, win.groups, 1);
+    return b.convolution(x, w, dims, win.stride, pad, ones, win.dilation, win.groups, 1, acc);
   }
   for (size_t i = 0; i < win.n; ++i) {
     int64_t k = w.shape()[2 + i], edge = win.dilation[i] * (k - 1) - win.padding[i];
     pad.push_back({edge, edge + win.output_padding[i]});
   }
-  return b.convolution(x, transposed_weight(b, w, win.groups), dims, ones, pad, win.stride, win.dilation, win.groups,
-                       1);
+  return b.convolution(x, transposed_weight(b, w, win.groups), dims, ones, pad, win.stride, win.dilation, win.groups, 1,
+                       acc);
 }
 
 // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
@@ -60,8 +65,8 @@ std::vector<Value> convolution(LoweringContext& c) {
              c.integer(8)};
   Value y = forward_conv(c.b, x, w, win, c.args[6].b);
   if (c.has(2))
-    y = c.b.binary(stablehlo::Binary::Add, y, c.b.broadcast_in_dim(c.b.cast(c.tensor(2), t), y.shape(), {1}));
-  return {y};
+    y = c.b.binary(stablehlo::Binary::Add, y, c.b.broadcast_in_dim(c.b.cast(c.tensor(2), y.dtype()), y.shape(), {1}));
+  return {c.b.cast(y, t)};
 }
 
 // The weight gradient of a forward convolution from `in` to `out` (grad_output):
@@ -87,7 +92,7 @@ Value weight_grad(Builder& b, const Value& in, const Value& out, const Shape& ke
     int64_t high = win.dilation[i] * (k - 1) + win.stride[i] * (size_out - 1) + 1 - size_in - win.padding[i];
     pad.push_back({win.padding[i], high});
   }
-  return b.convolution(in, out, d, win.dilation, pad, ones, win.stride, 1, win.groups);
+  return b.convolution(in, out, d, win.dilation, pad, ones, win.stride, 1, win.groups, accumulation(in.dtype()));
 }
 
 // convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,

@@ -522,6 +522,95 @@ std::vector<Value> sinc(LoweringContext& c) {
   return {c.b.cast(r, c.out().dtype)};
 }
 
+// polygamma(n, self): the n-th derivative of digamma, low-precision floats in
+// float32. CHLO's (through Hurwitz zeta) is inaccurate for x < 0 and off by
+// ~1e-6 relative below 2, so smaller x is first shifted up with the recurrence
+// psi_n(x) = psi_n(x + 1) - (-1)^n n! / x^(n+1), elementwise in a loop; a pole
+// (x a non-positive integer) comes out as CPU's infinity of the right sign.
+std::vector<Value> polygamma(LoweringContext& c) {
+  const int64_t n = c.integer(0);
+  Value x = computed(c, c.b.cast(c.b.broadcast_to(c.tensor(1), c.out().shape), c.out().dtype));
+  if (n == 0) return {c.b.cast(c.b.unary(Unary::Digamma, x), c.out().dtype)};
+  double factorial = 1;
+  for (int64_t i = 2; i <= n; ++i) factorial *= static_cast<double>(i);
+  const double coefficient = (n % 2 ? -1 : 1) * factorial;
+  const TensorType t = x.type;
+  std::vector<int64_t> all(t.rank());
+  for (int64_t d = 0; d < t.rank(); ++d) all[d] = d;
+  auto to_shift = [&](Builder& r, const Value& v) {  // finite and < 2: still to shift
+    return r.binary(Binary::And, r.compare(stablehlo::Compare::LT, v, r.constant(2, t)),
+                    r.compare(stablehlo::Compare::GT, v, r.constant(-INFINITY, t)));
+  };
+  auto state = c.b.while_loop(
+      {x, c.b.constant(0, t)},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        return {r.reduce(to_shift(r, s[0]), r.scalar(0, DType::Bool), all, Binary::Or)};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        Value shift = to_shift(r, s[0]), power = s[0];
+        for (int64_t i = 0; i < n; ++i) power = r.binary(Binary::Multiply, power, s[0]);
+        Value term = r.binary(Binary::Divide, r.constant(coefficient, t), power);
+        return {r.select(shift, r.binary(Binary::Add, s[0], r.constant(1, t)), s[0]),
+                r.select(shift, r.binary(Binary::Add, s[1], term), s[1])};
+      });
+  Value shifted = c.b.binary(Binary::Polygamma, c.b.constant(static_cast<double>(n), t), state[0]);
+  return {c.b.cast(c.b.binary(Binary::Subtract, shifted, state[1]), c.out().dtype)};
+}
+
+// special_zeta(x, q): CHLO's Hurwitz zeta, with Cephes' infinity at q a
+// non-positive integer (for x > 1; x < 1 is NaN), low-precision floats in float32.
+std::vector<Value> zeta(LoweringContext& c) {
+  Value x = computed(c, c.operand_as_output(0)), q = computed(c, c.operand_as_output(1));
+  Value pole = c.b.binary(Binary::And, c.b.compare(stablehlo::Compare::LE, q, c.b.constant(0, q.type)),
+                          c.b.compare(stablehlo::Compare::EQ, q, c.b.unary(Unary::Floor, q)));
+  pole = c.b.binary(Binary::And, pole,
+                    c.b.compare(stablehlo::Compare::GT, x, c.b.constant(1, x.type)));  // x < 1: NaN first
+  Value r = c.b.select(pole, c.b.constant(INFINITY, q.type), c.b.binary(Binary::Zeta, x, q));
+  r = c.b.select(c.b.compare(stablehlo::Compare::LT, x, c.b.constant(1, x.type)), c.b.constant(NAN, x.type), r);
+  return {c.b.cast(r, c.out().dtype)};
+}
+
+// nextafter(self, other): CHLO's, exact in every float dtype.
+std::vector<Value> nextafter(LoweringContext& c) {
+  return {c.b.binary(Binary::NextAfter, c.operand_as_output(0), c.operand_as_output(1))};
+}
+
+// gcd(a, b) of integers by Euclid's algorithm, elementwise, looping until
+// every remainder is 0; non-negative, gcd(0, 0) = 0, as CPU's calc_gcd.
+Value gcd_of(Builder& b, Value x, Value y) {
+  if (stablehlo::is_signed_int(x.dtype())) {
+    x = b.unary(Unary::Abs, x);
+    y = b.unary(Unary::Abs, y);
+  }
+  std::vector<int64_t> all(x.rank());
+  for (int64_t d = 0; d < x.rank(); ++d) all[d] = d;
+  const TensorType t = x.type;
+  auto state = b.while_loop(
+      {x, y},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        return {r.reduce(r.compare(stablehlo::Compare::NE, s[1], r.constant_int(0, t)), r.scalar(0, DType::Bool), all,
+                         Binary::Or)};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        Value zero = r.constant_int(0, t), live = r.compare(stablehlo::Compare::NE, s[1], zero);
+        Value divisor = r.select(live, s[1], r.constant_int(1, t));
+        return {r.select(live, s[1], s[0]), r.select(live, r.binary(Binary::Remainder, s[0], divisor), zero)};
+      });
+  return state[0];
+}
+
+std::vector<Value> gcd(LoweringContext& c) { return {gcd_of(c.b, c.operand_as_output(0), c.operand_as_output(1))}; }
+
+// lcm(a, b) = |a / gcd * b|, 0 when gcd is 0.
+std::vector<Value> lcm(LoweringContext& c) {
+  Value a = c.operand_as_output(0), b = c.operand_as_output(1), g = gcd_of(c.b, a, b);
+  Value zero = c.b.constant_int(0, g.type), none = c.b.compare(stablehlo::Compare::EQ, g, zero);
+  Value r =
+      c.b.binary(Binary::Multiply, c.b.binary(Binary::Divide, a, c.b.select(none, c.b.constant_int(1, g.type), g)), b);
+  if (stablehlo::is_signed_int(r.dtype())) r = c.b.unary(Unary::Abs, r);
+  return {c.b.select(none, zero, r)};
+}
+
 // zero(self): zeros of self's shape and dtype.
 std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())}; }
 
@@ -547,6 +636,13 @@ LOWERING("aten::bitwise_right_shift.Tensor", shift(false));
 LOWERING("aten::bitwise_right_shift.Tensor_Scalar", shift(false));
 LOWERING("aten::bitwise_right_shift.Scalar_Tensor", shift(false));
 LOWERING("aten::heaviside", heaviside);
+LOWERING("aten::polygamma", polygamma);
+LOWERING("aten::gcd", gcd);
+LOWERING("aten::lcm", lcm);
+LOWERING("aten::nextafter", nextafter);
+LOWERING("aten::special_zeta", zeta);
+LOWERING("aten::special_zeta.self_scalar", zeta);
+LOWERING("aten::special_zeta.other_scalar", zeta);
 LOWERING("aten::sinc", sinc);
 LOWERING("aten::add.Scalar", add);
 LOWERING("aten::sub.Tensor", sub);
@@ -628,8 +724,8 @@ LOWERING("aten::log10", log_base(10.0));
 LOWERING("aten::exp2", exp2);
 LOWERING("aten::addcmul", addc(Binary::Multiply));
 LOWERING("aten::addcdiv", addc(Binary::Divide));
-LOWERING("aten::lerp.Scalar", lerp);
-LOWERING("aten::lerp.Tensor", lerp);
+LOWERING("aten::lerp.Scalar", in_float32(lerp));
+LOWERING("aten::lerp.Tensor", in_float32(lerp));
 LOWERING("aten::nan_to_num", nan_to_num);
 LOWERING("aten::expm1", unary(Unary::Expm1));
 LOWERING("aten::log1p", unary(Unary::Log1p));

@@ -486,6 +486,42 @@ std::vector<Value> embedding_dense_backward(LoweringContext& c) {
   return {c.b.scatter(c.b.constant(0, out), as_column(c.b, idx), grad, s, ScatterCombine::Add)};
 }
 
+// nonzero_static(self, *, size, fill_value=-1) -> [size, ndim] int64: the
+// coordinates of the first `size` nonzeros in row-major order, rows past
+// them fill_value. Each nonzero's slot is the count of nonzeros before it;
+// slots past `size` fall off the scatter.
+std::vector<Value> nonzero_static(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const int64_t size = c.integer(1), fill = c.has(2) ? c.integer(2) : -1, n = x.type.numel();
+  const int64_t rank = x.rank();
+  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  if (n == 0) return {c.b.constant_int(fill, c.out())};
+  const TensorType lt{DType::Int64, {n}};
+  Value flat = c.b.reshape(x, {n});
+  Value nonzero =
+      flat.dtype() == DType::Bool ? flat : c.b.compare(stablehlo::Compare::NE, flat, c.b.constant(0, flat.type));
+  Value slot =
+      c.b.binary(stablehlo::Binary::Subtract,
+                 scan(c.b, c.b.convert(nonzero, DType::Int64), 0, stablehlo::Binary::Add, 0), c.b.constant_int(1, lt));
+  slot = c.b.select(nonzero, slot, c.b.constant_int(size, lt));  // zeros fall off
+  Value linear = c.b.scatter_1d(c.b.constant_int(-1, {DType::Int64, {size}}), slot, c.b.iota(lt, 0));
+  // Row-major coordinates of each linear index.
+  std::vector<Value> coords;
+  int64_t stride = n;
+  for (int64_t d = 0; d < rank; ++d) {
+    stride /= std::max<int64_t>(x.shape()[d], 1);
+    const TensorType st{DType::Int64, {size}};
+    Value coord = c.b.binary(stablehlo::Binary::Remainder,
+                             c.b.binary(stablehlo::Binary::Divide, linear, c.b.constant_int(stride, st)),
+                             c.b.constant_int(x.shape()[d], st));
+    coords.push_back(c.b.reshape(coord, {size, 1}));
+  }
+  Value out = c.b.concatenate(coords, 1);
+  Value filled = c.b.compare(stablehlo::Compare::LT, c.b.broadcast_in_dim(linear, {size, rank}, {0}),
+                             c.b.constant_int(0, {DType::Int64, {size, rank}}));
+  return {c.b.select(filled, c.b.constant_int(fill, out.type), out)};
+}
+
 }  // namespace
 
 LOWERING("aten::index_select", index_select);
@@ -506,6 +542,7 @@ LOWERING("aten::index_copy", index_write(ScatterCombine::Replace));
 LOWERING("aten::index_add", index_write(ScatterCombine::Add));
 LOWERING("aten::index_reduce", index_reduce);
 LOWERING("aten::index.Tensor", index);
+LOWERING("aten::nonzero_static", nonzero_static);
 LOWERING("aten::index_put", index_put);
 LOWERING("aten::_index_put_impl", index_put);
 LOWERING("aten::masked_fill.Scalar", masked_fill);

@@ -4,40 +4,64 @@
 namespace torch_tpu::lowering {
 namespace {
 
-// mm(self [n, k], mat2 [k, m]) -> [n, m]
-std::vector<Value> mm(LoweringContext& c) {
-  Value a = c.b.cast(c.tensor(0), c.out().dtype), b = c.b.cast(c.tensor(1), c.out().dtype);
-  return {c.b.dot_general(a, b, {}, {}, {1}, {0})};
+// Low-precision products sum in float32 and their epilogue (alpha, beta, the
+// added term) is applied before the one rounding to the output dtype, as
+// cuBLAS does with a float32 compute type.
+DType accumulation(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
+
+// lhs . rhs over the given dims, operands in the output dtype, the result in its accumulation type.
+Value product(LoweringContext& c, size_t lhs, size_t rhs, const std::vector<int64_t>& batch,
+              const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract) {
+  const DType t = c.out().dtype;
+  return c.b.dot_general(c.b.cast(c.tensor(lhs), t), c.b.cast(c.tensor(rhs), t), batch, batch, lhs_contract,
+                         rhs_contract, accumulation(t));
 }
 
+// beta * self + alpha * p (arguments `beta_at`, `beta_at` + 1), rounded once;
+// beta == 0 ignores self, NaN included.
+std::vector<Value> epilogue(LoweringContext& c, Value p, size_t self, size_t beta_at) {
+  const size_t alpha_at = beta_at + 1;
+  const double alpha = c.has(alpha_at) ? c.number(alpha_at) : 1, beta = c.has(beta_at) ? c.number(beta_at) : 1;
+  if (alpha != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(alpha, p.type));
+  if (beta != 0) {
+    Value s = c.b.cast(c.operand_as_output(self), p.dtype());
+    if (beta != 1) s = c.b.binary(stablehlo::Binary::Multiply, s, c.b.constant(beta, p.type));
+    p = c.b.binary(stablehlo::Binary::Add, s, p);
+  }
+  return {c.b.cast(p, c.out().dtype)};
+}
+
+// mm(self [n, k], mat2 [k, m]) -> [n, m]
+std::vector<Value> mm(LoweringContext& c) { return {c.b.cast(product(c, 0, 1, {}, {1}, {0}), c.out().dtype)}; }
+
 // bmm(self [b, n, k], mat2 [b, k, m]) -> [b, n, m]
-std::vector<Value> bmm(LoweringContext& c) {
-  Value a = c.b.cast(c.tensor(0), c.out().dtype), b = c.b.cast(c.tensor(1), c.out().dtype);
-  return {c.b.dot_general(a, b, {0}, {0}, {2}, {1})};
+std::vector<Value> bmm(LoweringContext& c) { return {c.b.cast(product(c, 0, 1, {0}, {2}, {1}), c.out().dtype)}; }
+
+// dot(self [n], tensor [n]) -> 0-d
+std::vector<Value> dot(LoweringContext& c) {
+  if (c.tensor(0).dtype() != c.tensor(1).dtype()) throw Declined("dot: mixed dtypes");
+  return {c.b.cast(product(c, 0, 1, {}, {0}, {0}), c.out().dtype)};
 }
 
 // addmm(self, mat1, mat2, *, beta, alpha) = beta * self + alpha * (mat1 @ mat2)
-std::vector<Value> addmm(LoweringContext& c) {
-  DType t = c.out().dtype;
-  Value p = c.b.dot_general(c.b.cast(c.tensor(1), t), c.b.cast(c.tensor(2), t), {}, {}, {1}, {0});
-  if (c.has(4) && c.number(4) != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(c.number(4), p.type));
-  if (c.has(3) && c.number(3) == 0) return {p};
-  Value self = c.operand_as_output(0);
-  if (c.has(3) && c.number(3) != 1)
-    self = c.b.binary(stablehlo::Binary::Multiply, self, c.b.constant(c.number(3), p.type));
-  return {c.b.binary(stablehlo::Binary::Add, self, p)};
-}
+std::vector<Value> addmm(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {}, {1}, {0}), 0, 3); }
 
 // addmv(self [n], mat [n, k], vec [k], *, beta, alpha) = beta * self + alpha * (mat @ vec)
-std::vector<Value> addmv(LoweringContext& c) {
-  DType t = c.out().dtype;
-  Value p = c.b.dot_general(c.b.cast(c.tensor(1), t), c.b.cast(c.tensor(2), t), {}, {}, {1}, {0});
-  if (c.has(4) && c.number(4) != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(c.number(4), p.type));
-  if (c.has(3) && c.number(3) == 0) return {p};  // self is ignored, NaN included
-  Value self = c.operand_as_output(0);
-  if (c.has(3) && c.number(3) != 1)
-    self = c.b.binary(stablehlo::Binary::Multiply, self, c.b.constant(c.number(3), p.type));
-  return {c.b.binary(stablehlo::Binary::Add, self, p)};
+std::vector<Value> addmv(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {}, {1}, {0}), 0, 3); }
+
+// baddbmm(self, batch1 [b, n, k], batch2 [b, k, m], *, beta, alpha) = beta * self + alpha * (batch1 @ batch2)
+std::vector<Value> baddbmm(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {0}, {2}, {1}), 0, 3); }
+
+// addr(self, vec1 [n], vec2 [m], *, beta, alpha) = beta * self + alpha * outer(vec1, vec2)
+std::vector<Value> addr(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  if (t == DType::Bool) throw Declined("addr: bool (logical and / or)");
+  const TensorType& o = c.out();
+  Value a = c.b.cast(c.b.cast(c.tensor(1), t), accumulation(t)),
+        b = c.b.cast(c.b.cast(c.tensor(2), t), accumulation(t));
+  Value p = c.b.binary(stablehlo::Binary::Multiply, c.b.broadcast_in_dim(a, o.shape, {0}),
+                       c.b.broadcast_in_dim(b, o.shape, {1}));
+  return epilogue(c, p, 0, 3);
 }
 
 // linalg_cross(self, other, dim): the cross product of 3-vectors along `dim`.
@@ -56,25 +80,6 @@ std::vector<Value> linalg_cross(LoweringContext& c) {
                       c.b.binary(stablehlo::Binary::Multiply, component(a, j), component(b, i)));
   };
   return {c.b.concatenate({term(1, 2), term(2, 0), term(0, 1)}, d)};
-}
-
-// baddbmm(self, batch1 [b, n, k], batch2 [b, k, m], *, beta, alpha) = beta * self + alpha * (batch1 @ batch2)
-std::vector<Value> baddbmm(LoweringContext& c) {
-  DType t = c.out().dtype;
-  Value p = c.b.dot_general(c.b.cast(c.tensor(1), t), c.b.cast(c.tensor(2), t), {0}, {0}, {2}, {1});
-  if (c.has(4) && c.number(4) != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(c.number(4), p.type));
-  if (c.has(3) && c.number(3) == 0) return {p};  // self is ignored, NaN included
-  Value self = c.operand_as_output(0);
-  if (c.has(3) && c.number(3) != 1)
-    self = c.b.binary(stablehlo::Binary::Multiply, self, c.b.constant(c.number(3), p.type));
-  return {c.b.binary(stablehlo::Binary::Add, self, p)};
-}
-
-// dot(self [n], tensor [n]) -> 0-d
-std::vector<Value> dot(LoweringContext& c) {
-  if (c.tensor(0).dtype() != c.tensor(1).dtype()) throw Declined("dot: mixed dtypes");
-  Value a = c.b.cast(c.tensor(0), c.out().dtype), b = c.b.cast(c.tensor(1), c.out().dtype);
-  return {c.b.dot_general(a, b, {}, {}, {0}, {0})};
 }
 
 // Which group each of `n` rows (or columns) is in, as a mask [n, groups]:
@@ -146,7 +151,9 @@ LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
 LOWERING("aten::dot", dot);
+LOWERING("aten::vdot", dot);  // dot, for the real dtypes tpu has
 LOWERING("aten::addmv", addmv);
+LOWERING("aten::addr", addr);
 LOWERING("aten::baddbmm", baddbmm);
 LOWERING("aten::linalg_cross", linalg_cross);
 LOWERING("aten::_grouped_mm", grouped_mm);

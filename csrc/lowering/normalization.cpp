@@ -101,6 +101,32 @@ std::vector<Value> layer_norm(LoweringContext& c) {
   return {c.b.cast(y, c.out(0).dtype), stat(mean, 1), stat(rstd, 2)};
 }
 
+// native_group_norm(input [N, C, *], weight?, bias?, N, C, HxW, group, eps)
+// -> (out, mean [N, group], rstd [N, group]): statistics per (sample, group)
+// in float32 for low-precision input, rounded once at the end.
+std::vector<Value> group_norm(LoweringContext& c) {
+  const DType t = compute_type(c.out(0).dtype);
+  const int64_t n = c.integer(3), channels = c.integer(4), hw = c.integer(5), groups = c.integer(6);
+  if (n * channels * hw == 0) throw Declined("native_group_norm: empty input");
+  Value x = c.b.reshape(c.b.cast(c.tensor(0), t), {n, groups, channels / groups * hw});
+  Value inv_count = c.b.constant(1.0 / static_cast<double>(channels / groups * hw), x.type);
+  Value mean = c.b.binary(Binary::Multiply, reduce_keep(c.b, x, {2}, Binary::Add, 0), inv_count);
+  Value centered = c.b.binary(Binary::Subtract, x, mean);
+  Value var =
+      c.b.binary(Binary::Multiply,
+                 reduce_keep(c.b, c.b.binary(Binary::Multiply, centered, centered), {2}, Binary::Add, 0), inv_count);
+  Value rstd = c.b.unary(Unary::Rsqrt, c.b.binary(Binary::Add, var, c.b.constant(c.number(7), x.type)));
+  Value y = c.b.binary(Binary::Multiply, centered, rstd);
+  y = c.b.reshape(y, {n, channels, hw});
+  if (c.has(1)) y = c.b.binary(Binary::Multiply, y, c.b.broadcast_in_dim(c.b.cast(c.tensor(1), t), y.shape(), {1}));
+  if (c.has(2)) y = c.b.binary(Binary::Add, y, c.b.broadcast_in_dim(c.b.cast(c.tensor(2), t), y.shape(), {1}));
+  auto stat = [&](const Value& v, size_t k) {  // reduce_keep broadcasts back: one column is the statistic
+    Value first = c.b.slice(v, {0, 0, 0}, {n, groups, 1}, {1, 1, 1});
+    return c.b.cast(c.b.reshape(first, c.out(k).shape), c.out(k).dtype);
+  };
+  return {c.b.cast(c.b.reshape(y, c.out(0).shape), c.out(0).dtype), stat(mean, 1), stat(rstd, 2)};
+}
+
 // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd,
 // weight?, bias?, output_mask) -> (grad_input, grad_weight, grad_bias); an
 // output left out of output_mask is undefined (an empty Value).
@@ -361,6 +387,7 @@ LOWERING("aten::_softmax_backward_data", softmax_backward);
 LOWERING("aten::_log_softmax_backward_data", log_softmax_backward);
 LOWERING("aten::native_layer_norm", layer_norm);
 LOWERING("aten::native_layer_norm_backward", layer_norm_backward);
+LOWERING("aten::native_group_norm", group_norm);
 LOWERING("aten::native_group_norm_backward", group_norm_backward);
 LOWERING("aten::_native_batch_norm_legit", native_batch_norm_legit);
 LOWERING("aten::_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_stats);

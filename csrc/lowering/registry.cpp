@@ -187,6 +187,25 @@ int64_t normalize_dim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + r : dim;
 }
 
+LoweringRule in_float32(LoweringRule rule) {
+  return [rule = std::move(rule)](LoweringContext& c) -> std::vector<Value> {
+    std::vector<TensorType> wide = c.outputs;
+    bool low = false;
+    for (TensorType& t : wide)
+      if (t.dtype == DType::BFloat16 || t.dtype == DType::Float16) {
+        t.dtype = DType::Float32;
+        low = true;
+      }
+    if (!low) return rule(c);
+    LoweringContext w{c.b, c.args, wide};
+    std::vector<Value> out = rule(w);
+    c.checks.insert(c.checks.end(), w.checks.begin(), w.checks.end());
+    for (size_t i = 0; i < out.size() && i < c.outputs.size(); ++i)
+      if (!out[i].name.empty()) out[i] = c.b.cast(out[i], c.outputs[i].dtype);
+    return out;
+  };
+}
+
 const Value& LoweringContext::tensor(size_t i) const { return arg(args, i, LoweringArg::Tensor, "a tensor").tensor; }
 int64_t LoweringContext::integer(size_t i) const { return arg(args, i, LoweringArg::Int, "an int").i; }
 double LoweringContext::number(size_t i) const {

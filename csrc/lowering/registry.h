@@ -110,6 +110,12 @@ void register_rule(std::string op, LoweringRule rule);
 const LoweringRule* find_rule(std::string_view op);
 std::vector<std::string> registered_ops();
 
+// `rule` computed in float32 where the outputs are bfloat16 or float16 and
+// rounded once at the end (PyTorch's opmath: what its CPU and CUDA kernels
+// do): for rules that are formulas of several ops (gelu, lerp), where rounding
+// every step loses digits (1 + erf(x) near -1).
+LoweringRule in_float32(LoweringRule rule);
+
 // Static registration, one line per op next to its rule.
 struct RuleRegistrar {
   RuleRegistrar(std::string op, LoweringRule rule) { register_rule(std::move(op), std::move(rule)); }

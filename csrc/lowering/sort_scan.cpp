@@ -273,12 +273,46 @@ std::vector<Value> bucketize(LoweringContext& c) {
   return {c.b.reshape(c.b.cast(count_before(c.b, c.tensor(1), v, right), c.out().dtype), c.out().shape)};
 }
 
+// cummax / cummin(self, dim) -> (values, indices): the running max (min) and
+// the index where it was last reached, as CPU's kernel keeps them: a value
+// takes over when it is NaN, or when nothing NaN came before and it is >=
+// (<=) the running one. That is the max under an order (NaN above all, later
+// above earlier among equals), so a Hillis-Steele scan computes it.
+LoweringRule cumulative_extreme(bool max) {
+  return [max](LoweringContext& c) -> std::vector<Value> {
+    Value v = c.tensor(0);
+    if (v.rank() == 0) v = c.b.reshape(v, {1});
+    const int64_t dim = normalize_dim(c.integer(1), v.rank()), n = v.shape()[dim];
+    Value i = c.b.iota({DType::Int64, v.shape()}, dim);
+    const bool is_float = stablehlo::is_float(v.dtype());
+    for (int64_t k = 1; k < n; k *= 2) {
+      Shape pad_shape = v.shape();
+      pad_shape[dim] = k;
+      std::vector<int64_t> start(v.rank(), 0), limit = v.shape(), strides(v.rank(), 1);
+      limit[dim] = n - k;
+      Value identity = c.b.broadcast_in_dim(max ? lowest(c.b, v.dtype()) : highest(c.b, v.dtype()), pad_shape, {});
+      Value sv = c.b.concatenate({identity, c.b.slice(v, start, limit, strides)}, dim);
+      Value si =
+          c.b.concatenate({c.b.constant_int(-1, {DType::Int64, pad_shape}), c.b.slice(i, start, limit, strides)}, dim);
+      Value later = c.b.compare(max ? Compare::GE : Compare::LE, v, sv);
+      if (is_float)
+        later = c.b.binary(Binary::Or, c.b.compare(Compare::NE, v, v),
+                           c.b.binary(Binary::And, c.b.compare(Compare::EQ, sv, sv), later));
+      v = c.b.select(later, v, sv);
+      i = c.b.select(later, i, si);
+    }
+    return {c.b.reshape(v, c.out(0).shape), c.b.reshape(i, c.out(1).shape)};
+  };
+}
+
 }  // namespace
 
 LOWERING("aten::mode", mode);
 LOWERING("aten::cumsum", cumulative(Binary::Add, 0));
 LOWERING("aten::cumprod", cumulative(Binary::Multiply, 1));
 LOWERING("aten::_logcumsumexp", logcumsumexp);
+LOWERING("aten::cummax", cumulative_extreme(true));
+LOWERING("aten::cummin", cumulative_extreme(false));
 LOWERING("aten::sort.stable", sort_stable);
 LOWERING("aten::sort", sort);
 LOWERING("aten::topk", topk);
