@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
 
-.PHONY: all demo test test-cpp test-debug test-python test-fused semantics distributed build system-deps lint clean bench
+.PHONY: all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
 
 all: build
 
@@ -42,13 +42,14 @@ test-debug: build
 test-python: build
 	$(PY) -m pytest tests/python -q
 
-# The Python suite again in Fused mode: every op recorded and run in fused windows.
+# The Python suite again in Fused mode: every op recorded and run in fused windows
+# (OpInfo: float32, 8 samples each; the lowering rules are the same as in Strict mode).
 # Left out: what runs every mode itself (test_hf.py, the semantics tests), the
 # disk cache's subprocesses (test_cache; test_fused loads fused windows from
 # disk), compiled graphs (test_compile: the eager mode does not change them) and
 # the distributed tests (thread ranks, torchrun): `make distributed` runs those.
 test-fused: build
-	TORCH_TPU_EAGER_MODE=fused $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
+	TORCH_TPU_EAGER_MODE=fused TORCH_TPU_OPINFO_DTYPES=float32 TORCH_TPU_OPINFO_SAMPLES=8 $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
 	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py \
 	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_compile.py \
 	  --ignore=tests/python/test_distributed.py --ignore=tests/python/test_torchrun.py
@@ -70,6 +71,11 @@ semantics: build
 	$(PY) tests/python/test_semantics.py --mode debug --programs 2000 || s=1; \
 	$(PY) tests/python/test_semantics.py --mode compile --programs 500 || s=1; \
 	exit $$s
+
+# Not in `make test`: every sample of every OpInfo in float32, bfloat16, int64
+# and complex64 (the README's conformance table; build/opinfo_summary.json).
+opinfo: build
+	TORCH_TPU_OPINFO_SAMPLES=all $(PY) -m pytest -q -p no:warnings --tb=no tests/python/test_opinfo.py
 
 bench: build
 	$(PY) benchmarks/dispatch.py
