@@ -306,7 +306,7 @@ std::vector<Value> vector_norm(LoweringContext& c) {
   if (!stablehlo::is_float(x0.dtype())) throw Declined("linalg_vector_norm: non-float input");
   DType acc = accumulation_type(c.out().dtype);
   std::vector<int64_t> dims = reduced_dims(c, 2, x0.rank());
-  double ord = c.number(1);
+  double ord = c.has(1) ? c.number(1) : 2.0;  // norm's p=None is 2
   Value x = accumulated_input(c, 0);
   Value a = c.b.unary(Unary::Abs, x);
   Value r;
@@ -368,6 +368,80 @@ std::vector<Value> histc(LoweringContext& c) {
   dims.scatter_dims_to_operand_dims = {0};
   dims.index_vector_dim = 1;
   return {c.b.scatter(c.b.constant(0, out), c.b.reshape(bin, {n[0], 1}), ones, dims, stablehlo::ScatterCombine::Add)};
+}
+
+// segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis=0,
+// unsafe=False, initial?): data's rows reduced per segment of consecutive
+// rows (1-D lengths or offsets, axis 0), each row scattered into its
+// segment. Empty segments get `initial`, else sum 0, prod 1, max -inf, min
+// inf, mean NaN; NaN propagates, as on CPU.
+std::vector<Value> segment_reduce(LoweringContext& c) {
+  const std::string reduce = c.string(1);
+  if (c.has(3) || !(c.has(2) || c.has(4)) || (c.has(5) && c.integer(5) != 0))
+    throw Declined("segment_reduce: indices, or segments along an axis other than 0");
+  const Value& data0 = c.tensor(0);
+  if (data0.rank() == 0 || c.out().numel() == 0) throw Declined("segment_reduce: empty or 0-d data");
+  const DType t = c.out().dtype;
+  const int64_t n = data0.shape()[0], segments = c.out().shape[0];
+  Value lengths;
+  if (c.has(2)) {
+    if (c.tensor(2).rank() != 1) throw Declined("segment_reduce: batched lengths");
+    lengths = c.b.cast(c.tensor(2), DType::Int64);
+  } else {
+    const Value& offsets = c.tensor(4);
+    if (offsets.rank() != 1) throw Declined("segment_reduce: batched offsets");
+    Value o = c.b.cast(offsets, DType::Int64);
+    lengths = c.b.binary(Binary::Subtract, c.b.slice(o, {1}, {segments + 1}, {1}), c.b.slice(o, {0}, {segments}, {1}));
+  }
+  Value ends = scan(c.b, lengths, 0, Binary::Add, 0);  // [S]
+  if (!(c.has(6) && c.args[6].b)) {
+    Value total = c.b.reshape(c.b.slice(ends, {segments - 1}, {segments}, {1}), {});
+    c.checks.push_back(
+        {c.b.compare(Compare::EQ, total, c.b.constant_int(n, total.type)),
+         "segment_reduce(): Expected all rows of lengths along axis to sum to data.size(lengths.dim()-1) "
+         "when !unsafe.",
+         false});
+  }
+  // Each row's segment: how many segments end at or before it.
+  const TensorType pair{DType::Int64, {n, segments}};
+  Value ended = c.b.compare(Compare::LE, c.b.broadcast_in_dim(ends, pair.shape, {1}), c.b.iota(pair, 0));
+  Value segment = c.b.reduce(c.b.convert(ended, DType::Int64), c.b.scalar(0, DType::Int64), {1}, Binary::Add);
+  Value data = c.b.cast(data0, t);
+  const TensorType& o = c.out();
+  stablehlo::ScatterDims dims;
+  for (int64_t d = 1; d < data.rank(); ++d) dims.update_window_dims.push_back(d);
+  dims.inserted_window_dims = {0};
+  dims.scatter_dims_to_operand_dims = {0};
+  dims.index_vector_dim = 1;
+  Value index = c.b.reshape(segment, {n, 1});
+  auto scatter = [&](const Value& init, const Value& updates, stablehlo::ScatterCombine combine) {
+    return c.b.scatter(init, index, updates, dims, combine);
+  };
+  const bool has_initial = c.has(7);
+  auto initial = [&] { return c.b.constant(c.number(7), o); };
+  Value r;
+  if (reduce == "sum" || reduce == "mean") {
+    r = scatter(has_initial ? initial() : c.b.constant(0, o), data, stablehlo::ScatterCombine::Add);
+    if (reduce == "mean") {
+      Value count = c.b.broadcast_in_dim(c.b.convert(lengths, t), o.shape, {0});
+      Value mean = c.b.binary(Binary::Divide, r, count);
+      r = has_initial ? c.b.select(c.b.compare(Compare::EQ, count, c.b.constant(0, o)), initial(), mean) : mean;
+    }
+  } else if (reduce == "prod") {
+    r = scatter(has_initial ? initial() : c.b.constant(1, o), data, stablehlo::ScatterCombine::Multiply);
+  } else if (reduce == "max" || reduce == "min") {
+    const bool max = reduce == "max";
+    Value init = has_initial ? initial() : c.b.broadcast_in_dim(max ? lowest(c.b, t) : highest(c.b, t), o.shape, {});
+    r = scatter(init, data, max ? stablehlo::ScatterCombine::Maximum : stablehlo::ScatterCombine::Minimum);
+  } else {
+    throw Declined("segment_reduce: reduce=" + reduce);
+  }
+  if (stablehlo::is_float(t)) {  // a NaN row makes its segment NaN (XLA's max / min may drop it)
+    Value nan_rows = c.b.convert(c.b.compare(Compare::NE, data, data), DType::Int32);
+    Value nans = scatter(c.b.constant(0, {DType::Int32, o.shape}), nan_rows, stablehlo::ScatterCombine::Add);
+    r = c.b.select(c.b.compare(Compare::GT, nans, c.b.constant(0, nans.type)), c.b.constant(NAN, o), r);
+  }
+  return {r};
 }
 
 }  // namespace
@@ -455,6 +529,11 @@ LOWERING("aten::all.dims", any_all_dims(false));
 LOWERING("aten::logsumexp", logsumexp);
 LOWERING("aten::nansum", nansum);
 LOWERING("aten::linalg_vector_norm", vector_norm);
+// torch.norm's overloads with linalg_vector_norm's argument positions (self, p, dim, keepdim, dtype).
+LOWERING("aten::norm.Scalar", vector_norm);
+LOWERING("aten::norm.ScalarOpt_dim", vector_norm);
+LOWERING("aten::norm.ScalarOpt_dim_dtype", vector_norm);
 LOWERING("aten::histc", histc);
+LOWERING("aten::segment_reduce", in_float32(segment_reduce));
 
 }  // namespace torch_tpu::lowering

@@ -469,3 +469,23 @@ def test_bfloat16_ops_round_once_like_cuda(name, fn, inputs):
     with torch_tpu.set_fallback("error"):
         actual = fn(*[x.to("tpu") for x in inputs]).cpu()
     torch.testing.assert_close(actual, rounded_float32_reference(fn, *inputs), rtol=8e-3, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("initial", [None, 2.5])
+def test_segment_reduce(reduce, initial):
+    data = torch.tensor([[1.0, 2.0], [3.0, -4.0], [5.0, 6.0], [float("nan"), 1.0], [0.5, 0.25]])
+    kw = {"initial": initial} if initial is not None else {}
+    with torch_tpu.set_fallback("error"):
+        for segments in ({"lengths": torch.tensor([2, 0, 2, 1])}, {"offsets": torch.tensor([0, 2, 2, 4, 5])}):
+            expected = torch.segment_reduce(data, reduce, **segments, **kw)
+            tpu_segments = {k: v.to("tpu") for k, v in segments.items()}
+            assert_same(torch.segment_reduce(data.to("tpu"), reduce, **tpu_segments, **kw), expected, equal_nan=True)
+
+
+def test_torch_norm_overloads():
+    x = torch.randn(3, 4, 5)
+    for p in (None, 1, 2, 3.5, float("inf")):
+        compare_fn(lambda t, p=p: torch.norm(t, p=p, dim=(1, 2)), x, tol={"atol": 1e-5, "rtol": 1e-5})
+    compare_fn(lambda t: torch.norm(t), x, tol={"atol": 1e-5, "rtol": 1e-5})
+    compare_fn(lambda t: torch.norm(t, 2, 0, True, dtype=torch.float64), x, tol={"atol": 1e-5, "rtol": 1e-5})
