@@ -1,4 +1,6 @@
 // Matrix products: one dot_general each.
+#include <cmath>
+
 #include "lowering/registry.h"
 
 namespace torch_tpu::lowering {
@@ -62,6 +64,107 @@ std::vector<Value> addr(LoweringContext& c) {
   Value p = c.b.binary(stablehlo::Binary::Multiply, c.b.broadcast_in_dim(a, o.shape, {0}),
                        c.b.broadcast_in_dim(b, o.shape, {1}));
   return epilogue(c, p, 0, 3);
+}
+
+// _cdist_forward(x1 [..., P, M], x2 [..., R, M], p, compute_mode) -> [..., P, R].
+// p = 2 goes through a matmul as CPU's does (always with compute_mode 1,
+// with 0 when P or R > 25): |a|^2 + |b|^2 - 2 a.b as one product of the
+// vectors extended by their squared norms and ones, clamped at 0.
+std::vector<Value> cdist(LoweringContext& c) {
+  const DType t = c.out().dtype;
+  const Shape& o = c.out().shape;
+  const size_t r = o.size();
+  const int64_t rows = o[r - 2], cols = o[r - 1], m = c.tensor(0).shape().back();
+  if (c.out().numel() == 0 || m == 0) return {c.b.constant(0, c.out())};
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < r; ++i) batch *= o[i];
+  auto flat = [&](size_t i, int64_t n) {
+    Shape full(o.begin(), o.end() - 2);
+    full.push_back(n);
+    full.push_back(m);
+    return c.b.reshape(c.b.broadcast_to(c.b.cast(c.tensor(i), t), full), {batch, n, m});
+  };
+  Value x1 = flat(0, rows), x2 = flat(1, cols);
+  const double p = c.number(2);  // static: it picks the formula
+  const int64_t mode = c.has(3) ? c.integer(3) : 0;
+  using stablehlo::Binary;
+  if (p == 2 && (mode == 1 || (mode == 0 && (rows > 25 || cols > 25)))) {
+    auto squared_norm = [&](const Value& x, int64_t n) {
+      return c.b.reshape(c.b.reduce(c.b.binary(Binary::Multiply, x, x), c.b.scalar(0, t), {2}, Binary::Add),
+                         {batch, n, 1});
+    };
+    Value ones1 = c.b.constant(1, {t, {batch, rows, 1}}), ones2 = c.b.constant(1, {t, {batch, cols, 1}});
+    Value a = c.b.concatenate(
+        {c.b.binary(Binary::Multiply, x1, c.b.constant(-2, x1.type)), squared_norm(x1, rows), ones1}, 2);
+    Value b = c.b.concatenate({x2, ones2, squared_norm(x2, cols)}, 2);
+    Value d = c.b.dot_general(a, b, {0}, {0}, {2}, {2});
+    d = c.b.unary(stablehlo::Unary::Sqrt, c.b.binary(Binary::Maximum, d, c.b.constant(0, d.type)));
+    return {c.b.reshape(d, o)};
+  }
+  const Shape pairs{batch, rows, cols, m};
+  Value diff = c.b.unary(stablehlo::Unary::Abs, c.b.binary(Binary::Subtract, c.b.broadcast_in_dim(x1, pairs, {0, 1, 3}),
+                                                           c.b.broadcast_in_dim(x2, pairs, {0, 2, 3})));
+  auto sum = [&](const Value& v) { return c.b.reduce(v, c.b.scalar(0, t), {3}, Binary::Add); };
+  Value d;
+  if (p == 0) {
+    d = sum(c.b.convert(c.b.compare(stablehlo::Compare::NE, diff, c.b.constant(0, diff.type)), t));
+  } else if (p == 1) {
+    d = sum(diff);
+  } else if (p == 2) {
+    d = c.b.unary(stablehlo::Unary::Sqrt, sum(c.b.binary(Binary::Multiply, diff, diff)));
+  } else if (std::isinf(p)) {
+    d = c.b.reduce(diff, c.b.scalar(0, t), {3}, Binary::Maximum);
+  } else {
+    d = sum(c.b.binary(Binary::Power, diff, c.b.constant(p, diff.type)));
+    d = c.b.binary(Binary::Power, d, c.b.constant(1 / p, d.type));
+  }
+  return {c.b.reshape(d, o)};
+}
+
+// _cdist_backward(grad [..., P, R], x1 [..., P, M], x2 [..., R, M], p, cdist)
+// -> grad_x1: the sum over R of grad times d dist / d x1, per p as CPU
+// computes it (0 where the distance is 0).
+std::vector<Value> cdist_backward(LoweringContext& c) {
+  using stablehlo::Binary;
+  using stablehlo::Compare;
+  const DType t = c.out().dtype;
+  const Shape& o = c.out().shape;  // x1's
+  const size_t r = o.size();
+  const int64_t rows = o[r - 2], m = o[r - 1], cols = c.tensor(2).shape()[c.tensor(2).rank() - 2];
+  const double p = c.number(3);
+  if (c.out().numel() == 0 || cols == 0 || p == 0) return {c.b.constant(0, c.out())};
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < r; ++i) batch *= o[i];
+  auto flat = [&](size_t i, int64_t a, int64_t b) {
+    Shape full(o.begin(), o.end() - 2);
+    full.push_back(a);
+    full.push_back(b);
+    return c.b.reshape(c.b.broadcast_to(c.b.cast(c.tensor(i), t), full), {batch, a, b});
+  };
+  const Shape pairs{batch, rows, cols, m};
+  Value x1 = flat(1, rows, m), x2 = flat(2, cols, m);
+  Value g = c.b.broadcast_in_dim(flat(0, rows, cols), pairs, {0, 1, 2});
+  Value dist = c.b.broadcast_in_dim(flat(4, rows, cols), pairs, {0, 1, 2});
+  Value diff = c.b.binary(Binary::Subtract, c.b.broadcast_in_dim(x1, pairs, {0, 1, 3}),
+                          c.b.broadcast_in_dim(x2, pairs, {0, 2, 3}));
+  auto k = [&](double v) { return c.b.constant(v, {t, pairs}); };
+  auto mul = [&](const Value& a, const Value& b) { return c.b.binary(Binary::Multiply, a, b); };
+  auto pow = [&](const Value& a, double e) { return c.b.binary(Binary::Power, a, k(e)); };
+  Value sign = c.b.unary(stablehlo::Unary::Sign, diff), mag = c.b.unary(stablehlo::Unary::Abs, diff);
+  Value term;
+  if (p == 1) {
+    term = mul(g, sign);
+  } else if (std::isinf(p)) {
+    term = mul(mul(g, sign), c.b.convert(c.b.compare(Compare::EQ, mag, dist), t));
+  } else {
+    Value scaled = p == 2  ? c.b.binary(Binary::Divide, mul(g, diff), dist)
+                   : p < 2 ? c.b.binary(Binary::Divide, mul(mul(sign, pow(mag, p - 1)), g), pow(dist, p - 1))
+                           : c.b.binary(Binary::Divide, mul(mul(diff, pow(mag, p - 2)), g), pow(dist, p - 1));
+    Value zero = c.b.compare(Compare::EQ, dist, k(0));
+    if (p < 1) zero = c.b.binary(Binary::Or, zero, c.b.compare(Compare::EQ, diff, k(0)));
+    term = c.b.select(zero, k(0), scaled);
+  }
+  return {c.b.reshape(c.b.reduce(term, c.b.scalar(0, t), {2}, Binary::Add), o)};
 }
 
 // linalg_cross(self, other, dim): the cross product of 3-vectors along `dim`.
@@ -156,6 +259,8 @@ LOWERING("aten::addmv", addmv);
 LOWERING("aten::addr", addr);
 LOWERING("aten::baddbmm", baddbmm);
 LOWERING("aten::linalg_cross", linalg_cross);
+LOWERING("aten::_cdist_forward", in_float32(cdist));
+LOWERING("aten::_cdist_backward", in_float32(cdist_backward));
 LOWERING("aten::_grouped_mm", grouped_mm);
 
 }  // namespace torch_tpu::lowering

@@ -489,3 +489,11 @@ def test_torch_norm_overloads():
         compare_fn(lambda t, p=p: torch.norm(t, p=p, dim=(1, 2)), x, tol={"atol": 1e-5, "rtol": 1e-5})
     compare_fn(lambda t: torch.norm(t), x, tol={"atol": 1e-5, "rtol": 1e-5})
     compare_fn(lambda t: torch.norm(t, 2, 0, True, dtype=torch.float64), x, tol={"atol": 1e-5, "rtol": 1e-5})
+
+
+def test_cdist_every_p_and_mode():
+    """p picks the formula: it stays a compile-time value however many values it takes."""
+    x1, x2 = torch.randn(2, 5, 3), torch.randn(2, 30, 3)
+    for mode in ("use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist", "use_mm_for_euclid_dist_if_necessary"):
+        for p in (1.0, 2.0, 0.0, 3.0, float("inf"), 0.5):
+            compare_fn(lambda a, b, p=p, m=mode: torch.cdist(a, b, p, m), x1, x2, tol={"atol": 1e-4, "rtol": 1e-4})
