@@ -1,7 +1,8 @@
 // Meta kernels (output shapes and dtypes) for ops PyTorch ships without one,
 // so that the general kernel can lower them: the fused GRU cell, which
 // nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
-// _logcumsumexp and geqrf.
+// _logcumsumexp, geqrf and linalg_lstsq.
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -55,6 +56,46 @@ std::tuple<at::Tensor, at::Tensor> geqrf(const at::Tensor& self) {
   return {meta_like(self, self.sizes()), meta_like(self, tau)};
 }
 
+// linalg_lstsq(self [*, m, n], b [*, m, k] or [*, m], rcond?, *, driver?) ->
+// (solution, residuals, rank, singular_values), shaped as CPU's drivers leave
+// them: residuals only for m > n and a driver other than gelsy (assuming full
+// rank), rank for all but gels, singular values for gelsd and gelss.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_lstsq(const at::Tensor& self, const at::Tensor& b,
+                                                                        std::optional<double> /*rcond*/,
+                                                                        std::optional<c10::string_view> driver) {
+  TORCH_CHECK(self.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
+  TORCH_CHECK(self.dim() >= b.dim() && self.dim() - b.dim() <= 1,
+              "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and (input.dim() - "
+              "other.dim()) <= 1");
+  TORCH_CHECK(self.scalar_type() == b.scalar_type(),
+              "torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's dtype ",
+              self.scalar_type(), " and other's dtype ", b.scalar_type());
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
+              "torch.linalg.lstsq: Expected a floating point tensor as input. Got ", self.scalar_type());
+  const bool vector = b.dim() == self.dim() - 1;
+  const int64_t m = self.size(-2), n = self.size(-1), k = vector ? 1 : b.size(-1);
+  TORCH_CHECK(b.size(vector ? -1 : -2) == m, "torch.linalg.lstsq: input.size(-2) should match other.size(-",
+              vector ? 1 : 2, ")");
+  const std::string d = driver.has_value() ? std::string(*driver) : "gelsy";
+  TORCH_CHECK(d == "gels" || d == "gelsy" || d == "gelsd" || d == "gelss",
+              "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  auto batch = at::infer_size(self.sizes().slice(0, self.dim() - 2), b.sizes().slice(0, b.dim() - (vector ? 1 : 2)));
+  std::vector<int64_t> solution = batch, residuals = {0}, rank = {0}, singular = {0};
+  solution.push_back(n);
+  if (!vector) solution.push_back(k);
+  if (m > n && d != "gelsy") {
+    residuals = batch;
+    residuals.push_back(k);
+  }
+  if (d != "gels") rank = batch;
+  if (d == "gelsd" || d == "gelss") {
+    singular = batch;
+    singular.push_back(std::min(m, n));
+  }
+  return {meta_like(self, solution), meta_like(self, residuals),
+          at::empty(rank, self.options().device(at::kMeta).dtype(at::kLong)), meta_like(self, singular)};
+}
+
 bool lacks_meta(const char* op) {
   auto handle = c10::Dispatcher::singleton().findOp({op, ""});
   return handle && !handle->hasKernelForDispatchKey(c10::DispatchKey::Meta);
@@ -73,6 +114,7 @@ void register_missing_meta_kernels() {
     library->impl("_thnn_fused_gru_cell_backward", TORCH_FN(fused_gru_cell_backward));
   if (lacks_meta("aten::_logcumsumexp")) library->impl("_logcumsumexp", TORCH_FN(logcumsumexp));
   if (lacks_meta("aten::geqrf")) library->impl("geqrf", TORCH_FN(geqrf));
+  if (lacks_meta("aten::linalg_lstsq")) library->impl("linalg_lstsq", TORCH_FN(linalg_lstsq));
 }
 
 }  // namespace torch_tpu::aten

@@ -851,6 +851,57 @@ std::vector<Value> linalg_svd(LoweringContext& c) {
           uv ? c.b.reshape(transpose_last(c.b, v), c.out(2).shape) : c.b.constant(0, c.out(2))};
 }
 
+// linalg_lstsq(self=A [*, m, n], b, rcond?, *, driver?) -> (solution,
+// residuals, rank, singular_values): the minimum-norm least-squares solution
+// through the SVD, singular values under rcond * the largest dropped (what
+// gelsy / gelsd give, and gels for a full-rank A). rank counts the others;
+// residuals are |A x - b|^2 per column where the meta kernel asks for them.
+std::vector<Value> linalg_lstsq(LoweringContext& c) {
+  const DType t = c.out(0).dtype;
+  const Value& a0 = c.tensor(0);
+  const int64_t m = a0.shape()[a0.rank() - 2], n = a0.shape()[a0.rank() - 1];
+  const bool vector = c.tensor(1).rank() == a0.rank() - 1;
+  if (c.out(0).numel() == 0 || m == 0 || n == 0) throw Declined("linalg_lstsq: empty input");
+  Shape solution = c.out(0).shape;
+  if (vector) solution.push_back(1);
+  const Shape batch(solution.begin(), solution.end() - 2);
+  const int64_t k = solution.back(), bt = product(batch);
+  Value rhs = c.b.cast(c.tensor(1), t);
+  if (vector) {
+    Shape s = rhs.shape();
+    s.push_back(1);
+    rhs = c.b.reshape(rhs, s);
+  }
+  Value a = flat_batch(c.b, c.b.cast(a0, t), batch), b = flat_batch(c.b, rhs, batch);
+  const bool wide = m < n;
+  auto usv = tall_svd(c.b, wide ? transpose_last(c.b, a) : a, std::min(m, n));
+  Value u = wide ? usv[2] : usv[0], s = usv[1], v = wide ? usv[0] : usv[2];  // [B, m, r], [B, r], [B, n, r]
+  const int64_t r = std::min(m, n);
+  const double rcond = c.has(2) ? c.number(2) : epsilon(t) * static_cast<double>(std::max(m, n));
+  Value largest = c.b.reshape(c.b.slice(s, {0, 0}, {bt, 1}, {1, 1}), {bt});
+  Value kept = c.b.compare(
+      Compare::GT, s,
+      c.b.broadcast_in_dim(c.b.binary(Binary::Multiply, largest, c.b.constant(rcond, largest.type)), {bt, r}, {0}));
+  Value inverse = c.b.select(kept, c.b.binary(Binary::Divide, c.b.constant(1, s.type), s), c.b.constant(0, s.type));
+  Value ut_b = c.b.dot_general(u, b, {0}, {0}, {1}, {1});  // [B, r, k]
+  ut_b = c.b.binary(Binary::Multiply, ut_b, c.b.broadcast_in_dim(inverse, {bt, r, k}, {0, 1}));
+  Value x = c.b.dot_general(v, ut_b, {0}, {0}, {2}, {1});  // [B, n, k]
+  std::vector<Value> out{c.b.reshape(x, c.out(0).shape)};
+  if (c.out(1).numel() == 0) {
+    out.push_back(c.b.constant(0, c.out(1)));
+  } else {
+    Value fit = c.b.binary(Binary::Subtract, c.b.dot_general(a, x, {0}, {0}, {2}, {1}), b);
+    Value squares = c.b.reduce(c.b.binary(Binary::Multiply, fit, fit), c.b.scalar(0, t), {1}, Binary::Add);
+    out.push_back(c.b.reshape(squares, c.out(1).shape));
+  }
+  out.push_back(c.out(2).numel() == 0 ? c.b.constant(0, c.out(2))
+                                      : c.b.reshape(c.b.reduce(c.b.convert(kept, DType::Int64),
+                                                               c.b.scalar(0, DType::Int64), {1}, Binary::Add),
+                                                    c.out(2).shape));
+  out.push_back(c.out(3).numel() == 0 ? c.b.constant(0, c.out(3)) : c.b.reshape(s, c.out(3).shape));
+  return out;
+}
+
 }  // namespace
 
 LOWERING("aten::linalg_cholesky_ex", linalg_cholesky_ex);
@@ -873,5 +924,6 @@ LOWERING("aten::ormqr", ormqr);
 LOWERING("aten::linalg_qr", linalg_qr);
 LOWERING("aten::_linalg_eigh", linalg_eigh);
 LOWERING("aten::_linalg_svd", linalg_svd);
+LOWERING("aten::linalg_lstsq", linalg_lstsq);
 
 }  // namespace torch_tpu::lowering

@@ -177,3 +177,24 @@ def test_svd_and_eigh_gradients():
     compare_fn(torch.linalg.svdvals, torch.randn(4, 3), tol=tol)
     compare_fn(lambda a: torch.linalg.eigvalsh(a + a.mT), torch.randn(4, 4), tol=tol)
     compare_fn(torch.linalg.pinv, torch.randn(3, 4), tol=tol)
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 3), (2, 3, 5)])
+def test_lstsq(driver, shape):
+    a = torch.randn(*shape)
+    b = torch.randn(*shape[:-1], 2)
+    same(lambda x, y: tuple(torch.linalg.lstsq(x, y, driver=driver)), a, b)
+    same(lambda x, y: torch.linalg.lstsq(x, y, driver=driver).solution, a, b[..., 0])  # a vector b
+
+
+def test_lstsq_of_a_rank_deficient_matrix():
+    a = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]])
+    b = torch.tensor([[1.0], [2.0], [2.0]])
+    same(lambda x, y: (torch.linalg.lstsq(x, y).solution, torch.linalg.lstsq(x, y).rank), a, b)
+    compare_fn(
+        lambda x, y: torch.linalg.lstsq(x, y).solution,
+        torch.randn(5, 3),
+        torch.randn(5, 2),
+        tol={"atol": 1e-3, "rtol": 1e-3},
+    )
