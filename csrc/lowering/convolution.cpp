@@ -39,9 +39,11 @@ Value transposed_weight(Builder& b, const Value& w, int64_t groups) {
 // result stays float32 until the caller's one rounding.
 DType accumulation(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
 
-Value forward_conv(Builder& b, const Value& x, const Value& w, const Window& win, bool transposed) {
+Value forward_conv(Builder& b, const Value& x0, const Value& w0, const Window& win, bool transposed) {
   ConvDims dims = ConvDims::nchw(static_cast<int64_t>(win.n));
-  const DType acc = accumulation(x.dtype());
+  // Widened operands (exact), as XLA:CPU runs no bfloat16 x bfloat16 -> float32 convolution.
+  const DType acc = accumulation(x0.dtype());
+  const Value x = b.cast(x0, acc), w = b.cast(w0, acc);
   std::vector<std::pair<int64_t, int64_t>> pad;
   std::vector<int64_t> ones(win.n, 1);
   if (!transposed) {
@@ -92,7 +94,8 @@ Value weight_grad(Builder& b, const Value& in, const Value& out, const Shape& ke
     int64_t high = win.dilation[i] * (k - 1) + win.stride[i] * (size_out - 1) + 1 - size_in - win.padding[i];
     pad.push_back({win.padding[i], high});
   }
-  return b.convolution(in, out, d, win.dilation, pad, ones, win.stride, 1, win.groups, accumulation(in.dtype()));
+  const DType acc = accumulation(in.dtype());
+  return b.convolution(b.cast(in, acc), b.cast(out, acc), d, win.dilation, pad, ones, win.stride, 1, win.groups);
 }
 
 // convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding, dilation,

@@ -11,12 +11,15 @@ namespace {
 // cuBLAS does with a float32 compute type.
 DType accumulation(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
 
-// lhs . rhs over the given dims, operands in the output dtype, the result in its accumulation type.
+// lhs . rhs over the given dims, operands rounded to the output dtype, then
+// multiplied in its accumulation type. (A bfloat16 x bfloat16 -> float32
+// dot_general is what TPUs run natively, but XLA:CPU's DotThunk refuses it
+// for larger dots: the operands are widened instead, exactly.)
 Value product(LoweringContext& c, size_t lhs, size_t rhs, const std::vector<int64_t>& batch,
               const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract) {
-  const DType t = c.out().dtype;
-  return c.b.dot_general(c.b.cast(c.tensor(lhs), t), c.b.cast(c.tensor(rhs), t), batch, batch, lhs_contract,
-                         rhs_contract, accumulation(t));
+  const DType t = c.out().dtype, acc = accumulation(t);
+  auto operand = [&](size_t i) { return c.b.cast(c.b.cast(c.tensor(i), t), acc); };
+  return c.b.dot_general(operand(lhs), operand(rhs), batch, batch, lhs_contract, rhs_contract);
 }
 
 // beta * self + alpha * p (arguments `beta_at`, `beta_at` + 1), rounded once;
