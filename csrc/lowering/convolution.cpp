@@ -35,27 +35,23 @@ Value transposed_weight(Builder& b, const Value& w, int64_t groups) {
   return b.reverse(b.reshape(t, merged), spatial);
 }
 
-// Low-precision convolutions sum in float32 (cuDNN's compute type); the
-// result stays float32 until the caller's one rounding.
-DType accumulation(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
-
 Value forward_conv(Builder& b, const Value& x0, const Value& w0, const Window& win, bool transposed) {
   ConvDims dims = ConvDims::nchw(static_cast<int64_t>(win.n));
   // Widened operands (exact), as XLA:CPU runs no bfloat16 x bfloat16 -> float32 convolution.
-  const DType acc = accumulation(x0.dtype());
+  const DType acc = opmath_type(x0.dtype());
   const Value x = b.cast(x0, acc), w = b.cast(w0, acc);
   std::vector<std::pair<int64_t, int64_t>> pad;
   std::vector<int64_t> ones(win.n, 1);
   if (!transposed) {
     for (size_t i = 0; i < win.n; ++i) pad.push_back({win.padding[i], win.padding[i]});
-    return b.convolution(x, w, dims, win.stride, pad, ones, win.dilation, win.groups, 1, acc);
+    return b.convolution(x, w, dims, win.stride, pad, ones, win.dilation, win.groups, 1);
   }
   for (size_t i = 0; i < win.n; ++i) {
     int64_t k = w.shape()[2 + i], edge = win.dilation[i] * (k - 1) - win.padding[i];
     pad.push_back({edge, edge + win.output_padding[i]});
   }
-  return b.convolution(x, transposed_weight(b, w, win.groups), dims, ones, pad, win.stride, win.dilation, win.groups, 1,
-                       acc);
+  return b.convolution(x, transposed_weight(b, w, win.groups), dims, ones, pad, win.stride, win.dilation, win.groups,
+                       1);
 }
 
 // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding, groups)
@@ -94,7 +90,7 @@ Value weight_grad(Builder& b, const Value& in, const Value& out, const Shape& ke
     int64_t high = win.dilation[i] * (k - 1) + win.stride[i] * (size_out - 1) + 1 - size_in - win.padding[i];
     pad.push_back({win.padding[i], high});
   }
-  const DType acc = accumulation(in.dtype());
+  const DType acc = opmath_type(in.dtype());
   return b.convolution(b.cast(in, acc), b.cast(out, acc), d, win.dilation, pad, ones, win.stride, 1, win.groups);
 }
 
@@ -141,7 +137,7 @@ std::vector<Value> convolution_backward(LoweringContext& c) {
     std::vector<int64_t> not_channel{0};
     for (int64_t i = 2; i < go.rank(); ++i) not_channel.push_back(i);
     // Low-precision sums accumulate in float32.
-    DType st = t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t;
+    DType st = opmath_type(t);
     Value sum = c.b.reduce(c.b.cast(go, st), c.b.scalar(0, st), not_channel, stablehlo::Binary::Add);
     grads[2] = c.b.cast(sum, c.out(2).dtype);
   }
@@ -185,7 +181,7 @@ std::vector<Value> col2im(LoweringContext& c) {
   const int64_t hp = size[0] + 2 * p[0], wp = size[1] + 2 * p[1];
   const int64_t oh = (hp - d[0] * (k[0] - 1) - 1) / s[0] + 1, ow = (wp - d[1] * (k[1] - 1) - 1) / s[1] + 1;
   if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
-  const DType t = c.out().dtype, acc = t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t;
+  const DType t = c.out().dtype, acc = opmath_type(t);
   Value cols = c.b.reshape(c.b.cast(x, acc), {n, ch, k[0] * k[1], oh, ow});
   Value sum = c.b.constant(0, {acc, {n, ch, hp, wp}});
   for (int64_t i = 0; i < k[0]; ++i)

@@ -437,9 +437,7 @@ std::vector<Value> atan(LoweringContext& c) {
 
 // A low-precision float operand widened to float32: PyTorch's kernels
 // compute a formula of several steps there and round once.
-Value computed(LoweringContext& c, const Value& x) {
-  return x.dtype() == DType::BFloat16 || x.dtype() == DType::Float16 ? c.b.convert(x, DType::Float32) : x;
-}
+Value computed(LoweringContext& c, const Value& x) { return c.b.cast(x, opmath_type(x.dtype())); }
 
 // logaddexp(a, b) = log(exp(a) + exp(b)), as PyTorch computes it: the larger
 // plus log1p(exp(-|a - b|)), and equal infinities give themselves.

@@ -182,6 +182,25 @@ struct Lu {
 
 Value i32(Builder& b, int64_t v) { return b.constant_int(v, {DType::Int32, {}}); }
 
+// Column j of x [B, r, c] as [B, r].
+Value column(Builder& r, const Value& x, const Value& j) {
+  const Value zero = i32(r, 0);
+  return r.reshape(r.dynamic_slice(x, {zero, zero, j}, {x.shape()[0], x.shape()[1], 1}), {x.shape()[0], x.shape()[1]});
+}
+
+// rows[b, i] = x[b, perm[b, i]] for x [B, n, k].
+Value permute_rows(Builder& b, const Value& x, const Value& perm) {
+  stablehlo::GatherDims g;
+  g.offset_dims = {2};
+  g.collapsed_slice_dims = {1};
+  g.operand_batching_dims = {0};
+  g.start_indices_batching_dims = {0};
+  g.start_index_map = {1};
+  g.index_vector_dim = 2;
+  const int64_t batch = x.shape()[0], n = perm.shape()[1];
+  return b.gather(x, b.reshape(perm, {batch, n, 1}), g, {1, 1, x.shape()[2]});
+}
+
 // The LU factorization with partial pivoting of each matrix of x [B, m, n],
 // as LAPACK's getrf: column j takes the row of largest magnitude at or below
 // j as its pivot (the first of equal ones), the rows below are scaled by its
@@ -197,31 +216,24 @@ Lu lu_factor(Builder& b, const Value& x) {
       },
       [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
         const Value &j = s[0], &a = s[1], &pivots = s[2], &info = s[3], zero = i32(r, 0);
-        const TensorType full{DType::Int32, {batch, m, n}}, column{DType::Int32, {batch, m}};
+        const TensorType full{DType::Int32, {batch, m, n}}, column_t{DType::Int32, {batch, m}};
         auto splat = [&](const Value& v, const Shape& shape, std::vector<int64_t> dims) {
           return r.broadcast_in_dim(v, shape, dims);
         };
         // The pivot row p of column j: the largest magnitude at or below j
         // (NaN only if all are), the first of equal ones.
-        Value col = r.reshape(r.dynamic_slice(a, {zero, zero, j}, {batch, m, 1}), {batch, m});
-        Value rows = r.iota(column, 1), jc = splat(j, {batch, m}, {});
+        Value col = column(r, a, j);
+        Value rows = r.iota(column_t, 1), jc = splat(j, {batch, m}, {});
         Value mag = r.unary(Unary::Abs, col);
         mag = r.select(r.compare(Compare::NE, mag, mag), r.constant(-1, mag.type), mag);
         mag = r.select(r.compare(Compare::GE, rows, jc), mag, r.constant(-2, mag.type));
         Value best = r.reduce(mag, r.scalar(-3, t), {1}, Binary::Maximum);
         Value is_best = r.compare(Compare::EQ, mag, splat(best, {batch, m}, {0}));
-        Value p = r.reduce(r.select(is_best, rows, r.constant_int(m, column)), i32(r, m), {1}, Binary::Minimum);
+        Value p = r.reduce(r.select(is_best, rows, r.constant_int(m, column_t)), i32(r, m), {1}, Binary::Minimum);
         // Swap rows j and p.
         Value rows_full = r.iota(full, 1), cols_full = r.iota(full, 2), jf = splat(j, {batch, m, n}, {});
         Value row_j = r.dynamic_slice(a, {zero, j, zero}, {batch, 1, n});
-        stablehlo::GatherDims g;
-        g.offset_dims = {2};
-        g.collapsed_slice_dims = {1};
-        g.operand_batching_dims = {0};
-        g.start_indices_batching_dims = {0};
-        g.start_index_map = {1};
-        g.index_vector_dim = 2;
-        Value row_p = r.gather(a, r.reshape(p, {batch, 1, 1}), g, {1, 1, n});  // [B, 1, n]
+        Value row_p = permute_rows(r, a, r.reshape(p, {batch, 1}));  // [B, 1, n]
         Value pf = splat(p, {batch, m, n}, {0});
         Value swapped =
             r.select(r.compare(Compare::EQ, rows_full, jf), splat(r.reshape(row_p, {batch, n}), {batch, m, n}, {0, 2}),
@@ -232,8 +244,7 @@ Lu lu_factor(Builder& b, const Value& x) {
         Value pivot_f = splat(pivot, {batch, m, n}, {0});
         Value nonzero = r.compare(Compare::NE, pivot_f, r.constant(0, pivot_f.type));
         Value below = r.compare(Compare::GT, rows_full, jf);
-        Value col_f = splat(r.reshape(r.dynamic_slice(swapped, {zero, zero, j}, {batch, m, 1}), {batch, m}),
-                            {batch, m, n}, {0, 1});
+        Value col_f = splat(column(r, swapped, j), {batch, m, n}, {0, 1});
         Value multiplier = r.select(
             nonzero, r.binary(Binary::Multiply, col_f, r.binary(Binary::Divide, r.constant(1, pivot_f.type), pivot_f)),
             col_f);
@@ -291,19 +302,6 @@ Value inverse_permutation(Builder& b, const Value& perm) {
   const TensorType t{DType::Int32, {batch, n, n}};  // [B, i, j]
   Value hit = b.compare(Compare::EQ, b.broadcast_in_dim(perm, t.shape, {0, 1}), b.iota(t, 2));
   return b.reduce(b.select(hit, b.iota(t, 1), b.constant_int(0, t)), i32(b, 0), {1}, Binary::Add);
-}
-
-// rows[b, i] = x[b, perm[b, i]] for x [B, n, k].
-Value permute_rows(Builder& b, const Value& x, const Value& perm) {
-  stablehlo::GatherDims g;
-  g.offset_dims = {2};
-  g.collapsed_slice_dims = {1};
-  g.operand_batching_dims = {0};
-  g.start_indices_batching_dims = {0};
-  g.start_index_map = {1};
-  g.index_vector_dim = 2;
-  const int64_t batch = x.shape()[0], n = perm.shape()[1];
-  return b.gather(x, b.reshape(perm, {batch, n, 1}), g, {1, 1, x.shape()[2]});
 }
 
 // X with A X = B (left) or X A = B, adjoint: A^H in place of A; A = P L U
@@ -500,8 +498,7 @@ std::vector<Value> lu_unpack(LoweringContext& c) {
 // it, 0 above ([B, m]).
 Value reflector(Builder& r, const Value& a, const Value& j) {
   const int64_t batch = a.shape()[0], m = a.shape()[1];
-  Value zero = i32(r, 0);
-  Value col = r.reshape(r.dynamic_slice(a, {zero, zero, j}, {batch, m, 1}), {batch, m});
+  Value col = column(r, a, j);
   Value rows = r.iota({DType::Int32, {batch, m}}, 1), jb = r.broadcast_in_dim(j, {batch, m}, {});
   return r.select(r.compare(Compare::EQ, rows, jb), r.constant(1, col.type),
                   r.select(r.compare(Compare::GT, rows, jb), col, r.constant(0, col.type)));
@@ -531,7 +528,7 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
       [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
         const Value &j = s[0], &a = s[1], zero = i32(r, 0);
         const TensorType vt{t, {batch, m}}, bt{t, {batch}};
-        Value col = r.reshape(r.dynamic_slice(a, {zero, zero, j}, {batch, m, 1}), {batch, m});
+        Value col = column(r, a, j);
         Value rows = r.iota({DType::Int32, {batch, m}}, 1), jb = r.broadcast_in_dim(j, {batch, m}, {});
         Value below = r.compare(Compare::GT, rows, jb);
         Value alpha = r.reshape(r.dynamic_slice(a, {zero, j, j}, {batch, 1, 1}), {batch});
@@ -651,12 +648,6 @@ std::vector<Value> linalg_qr(LoweringContext& c) {
 // ---- Symmetric eigendecomposition and SVD (cyclic Jacobi)
 
 double epsilon(DType t) { return t == DType::Float64 ? 2.220446049250313e-16 : 1.1920928955078125e-07; }
-
-// Column j of x [B, r, c] as [B, r].
-Value column(Builder& r, const Value& x, const Value& j) {
-  const Value zero = i32(r, 0);
-  return r.reshape(r.dynamic_slice(x, {zero, zero, j}, {x.shape()[0], x.shape()[1], 1}), {x.shape()[0], x.shape()[1]});
-}
 
 // x with columns p and q replaced by new_p and new_q ([B, r]).
 Value set_columns(Builder& r, const Value& x, const Value& p, const Value& q, const Value& new_p, const Value& new_q) {

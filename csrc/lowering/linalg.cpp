@@ -9,7 +9,6 @@ namespace {
 // Low-precision products sum in float32 and their epilogue (alpha, beta, the
 // added term) is applied before the one rounding to the output dtype, as
 // cuBLAS does with a float32 compute type.
-DType accumulation(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
 
 // lhs . rhs over the given dims, operands rounded to the output dtype, then
 // multiplied in its accumulation type. (A bfloat16 x bfloat16 -> float32
@@ -17,7 +16,7 @@ DType accumulation(DType t) { return t == DType::BFloat16 || t == DType::Float16
 // for larger dots: the operands are widened instead, exactly.)
 Value product(LoweringContext& c, size_t lhs, size_t rhs, const std::vector<int64_t>& batch,
               const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract) {
-  const DType t = c.out().dtype, acc = accumulation(t);
+  const DType t = c.out().dtype, acc = opmath_type(t);
   auto operand = [&](size_t i) { return c.b.cast(c.b.cast(c.tensor(i), t), acc); };
   return c.b.dot_general(operand(lhs), operand(rhs), batch, batch, lhs_contract, rhs_contract);
 }
@@ -62,8 +61,7 @@ std::vector<Value> addr(LoweringContext& c) {
   const DType t = c.out().dtype;
   if (t == DType::Bool) throw Declined("addr: bool (logical and / or)");
   const TensorType& o = c.out();
-  Value a = c.b.cast(c.b.cast(c.tensor(1), t), accumulation(t)),
-        b = c.b.cast(c.b.cast(c.tensor(2), t), accumulation(t));
+  Value a = c.b.cast(c.b.cast(c.tensor(1), t), opmath_type(t)), b = c.b.cast(c.b.cast(c.tensor(2), t), opmath_type(t));
   Value p = c.b.binary(stablehlo::Binary::Multiply, c.b.broadcast_in_dim(a, o.shape, {0}),
                        c.b.broadcast_in_dim(b, o.shape, {1}));
   return epilogue(c, p, 0, 3);

@@ -14,8 +14,6 @@ using stablehlo::Unary;
 
 constexpr int64_t kNone = 0, kMean = 1, kSum = 2;
 
-DType compute_type(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
-
 // Everything nll_loss needs about its target, laid out on self's shape.
 // The class dimension is 1 (0 for an unbatched 1-D input).
 struct NllTerms {
@@ -62,7 +60,7 @@ NllTerms nll_terms(LoweringContext& c, const Value& self, const Value& target, i
 // ignore_index) -> (output, total_weight). A target out of range raises
 // IndexError (the device check); its loss is NaN, never a plausible number.
 std::vector<Value> nll_loss_forward(LoweringContext& c) {
-  DType t = compute_type(c.out(0).dtype);
+  DType t = opmath_type(c.out(0).dtype);
   Value self = c.b.cast(c.tensor(0), t);
   if (self.rank() == 0 || self.type.numel() == 0) throw Declined("nll_loss: empty or 0-d input");
   int64_t reduction = c.integer(3);
@@ -90,7 +88,7 @@ std::vector<Value> nll_loss_forward(LoweringContext& c) {
 // nll_loss_backward / nll_loss2d_backward(grad_output, self, target, weight?,
 // reduction, ignore_index, total_weight): -w * g at the target class.
 std::vector<Value> nll_loss_backward(LoweringContext& c) {
-  DType t = compute_type(c.out().dtype);
+  DType t = opmath_type(c.out().dtype);
   Value self = c.b.cast(c.tensor(1), t);
   if (self.rank() == 0 || self.type.numel() == 0) throw Declined("nll_loss_backward: empty or 0-d input");
   int64_t reduction = c.integer(4);
@@ -136,7 +134,7 @@ Value loss_grad(LoweringContext& c, const TensorType& type, int64_t reduction) {
 
 // mse_loss(self, target, reduction)
 std::vector<Value> mse_loss(LoweringContext& c) {
-  DType t = compute_type(c.out().dtype);
+  DType t = opmath_type(c.out().dtype);
   TensorType type{t, c.tensor(0).shape()};
   if (c.tensor(0).shape() != c.tensor(1).shape()) throw Declined("mse_loss: broadcasting");
   Value d = c.b.binary(Binary::Subtract, c.b.cast(c.tensor(0), t), c.b.cast(c.tensor(1), t));
@@ -146,7 +144,7 @@ std::vector<Value> mse_loss(LoweringContext& c) {
 
 // mse_loss_backward(grad_output, self, target, reduction): 2 (x - y) g
 std::vector<Value> mse_loss_backward(LoweringContext& c) {
-  DType t = compute_type(c.out().dtype);
+  DType t = opmath_type(c.out().dtype);
   if (c.tensor(1).shape() != c.tensor(2).shape() || c.out().shape != c.tensor(1).shape())
     throw Declined("mse_loss_backward: broadcasting");
   TensorType type{t, c.out().shape};
@@ -175,7 +173,7 @@ Value finish(LoweringContext& c, const Value& v) { return c.b.cast(c.b.reshape(v
 LoweringRule smooth_loss(bool huber) {
   return [huber](LoweringContext& c) -> std::vector<Value> {
     same_shapes(c, 0, huber ? "huber_loss" : "smooth_l1_loss");
-    DType t = compute_type(c.out().dtype);
+    DType t = opmath_type(c.out().dtype);
     Value d = difference(c, 0, t);
     TensorType type = d.type;
     Value a = c.b.unary(Unary::Abs, d), limit = c.value_as(3, type), half = c.b.constant(0.5, type);
@@ -195,7 +193,7 @@ LoweringRule smooth_loss(bool huber) {
 LoweringRule smooth_loss_backward(bool huber) {
   return [huber](LoweringContext& c) -> std::vector<Value> {
     same_shapes(c, 1, huber ? "huber_loss_backward" : "smooth_l1_loss_backward");
-    DType t = compute_type(c.out().dtype);
+    DType t = opmath_type(c.out().dtype);
     Value d = difference(c, 1, t);
     TensorType type = d.type;
     Value limit = c.value_as(4, type);
@@ -213,7 +211,7 @@ LoweringRule smooth_loss_backward(bool huber) {
 // -w (y log x + (1 - y) log(1 - x)), each log clamped to >= -100 as on CPU.
 std::vector<Value> binary_cross_entropy(LoweringContext& c) {
   same_shapes(c, 0, "binary_cross_entropy");
-  DType t = compute_type(c.out().dtype);
+  DType t = opmath_type(c.out().dtype);
   Value x = c.b.cast(c.tensor(0), t), y = c.b.cast(c.tensor(1), t);
   TensorType type = x.type;
   Value one = c.b.constant(1, type), floor = c.b.constant(-100, type);
@@ -230,7 +228,7 @@ std::vector<Value> binary_cross_entropy(LoweringContext& c) {
 // g w (x - y) / max(x (1 - x), 1e-12), as CPU computes it.
 std::vector<Value> binary_cross_entropy_backward(LoweringContext& c) {
   same_shapes(c, 1, "binary_cross_entropy_backward");
-  DType t = compute_type(c.out().dtype);
+  DType t = opmath_type(c.out().dtype);
   Value x = c.b.cast(c.tensor(1), t);
   TensorType type = x.type;
   Value denom = c.b.binary(Binary::Maximum,

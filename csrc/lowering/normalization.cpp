@@ -11,8 +11,6 @@ namespace {
 using stablehlo::Binary;
 using stablehlo::Unary;
 
-DType compute_type(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
-
 // Reduces `dims` of x and broadcasts the result back to x's shape.
 Value reduce_keep(Builder& b, const Value& x, const std::vector<int64_t>& dims, Binary op, double init) {
   Value r = b.reduce(x, b.scalar(init, x.dtype()), dims, op);
@@ -30,7 +28,7 @@ Value log_softmax_value(LoweringContext& c, Value x, int64_t dim) {
 }
 
 std::vector<Value> softmax(LoweringContext& c) {
-  Value x = c.b.cast(c.tensor(0), compute_type(c.out().dtype));
+  Value x = c.b.cast(c.tensor(0), opmath_type(c.out().dtype));
   if (x.rank() == 0) return {c.b.constant(1, c.out())};
   int64_t dim = normalize_dim(c.integer(1), x.rank());
   Value shifted = c.b.binary(Binary::Subtract, x, reduce_keep(c.b, x, {dim}, Binary::Maximum, -INFINITY));
@@ -39,14 +37,14 @@ std::vector<Value> softmax(LoweringContext& c) {
 }
 
 std::vector<Value> log_softmax(LoweringContext& c) {
-  Value x = c.b.cast(c.tensor(0), compute_type(c.out().dtype));
+  Value x = c.b.cast(c.tensor(0), opmath_type(c.out().dtype));
   if (x.rank() == 0) return {c.b.constant(0, c.out())};
   return {c.b.cast(log_softmax_value(c, x, normalize_dim(c.integer(1), x.rank())), c.out().dtype)};
 }
 
 // _softmax_backward_data(grad_output, output, dim, input_dtype): y * (g - sum(g * y))
 std::vector<Value> softmax_backward(LoweringContext& c) {
-  DType t = compute_type(c.out().dtype);
+  DType t = opmath_type(c.out().dtype);
   Value g = c.b.cast(c.tensor(0), t), y = c.b.cast(c.tensor(1), t);
   if (g.rank() == 0) return {c.b.constant(0, c.out())};
   int64_t dim = normalize_dim(c.integer(2), g.rank());
@@ -56,7 +54,7 @@ std::vector<Value> softmax_backward(LoweringContext& c) {
 
 // _log_softmax_backward_data(grad_output, output, dim, input_dtype): g - exp(y) * sum(g)
 std::vector<Value> log_softmax_backward(LoweringContext& c) {
-  DType t = compute_type(c.out().dtype);
+  DType t = opmath_type(c.out().dtype);
   Value g = c.b.cast(c.tensor(0), t), y = c.b.cast(c.tensor(1), t);
   if (g.rank() == 0) return {c.b.constant(0, c.out())};
   int64_t dim = normalize_dim(c.integer(2), g.rank());
@@ -67,7 +65,7 @@ std::vector<Value> log_softmax_backward(LoweringContext& c) {
 
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd)
 std::vector<Value> layer_norm(LoweringContext& c) {
-  DType t = compute_type(c.out(0).dtype);
+  DType t = opmath_type(c.out(0).dtype);
   Value x = c.b.cast(c.tensor(0), t);
   int64_t n = static_cast<int64_t>(c.ints(1).size());
   std::vector<int64_t> dims;
@@ -105,7 +103,7 @@ std::vector<Value> layer_norm(LoweringContext& c) {
 // -> (out, mean [N, group], rstd [N, group]): statistics per (sample, group)
 // in float32 for low-precision input, rounded once at the end.
 std::vector<Value> group_norm(LoweringContext& c) {
-  const DType t = compute_type(c.out(0).dtype);
+  const DType t = opmath_type(c.out(0).dtype);
   const int64_t n = c.integer(3), channels = c.integer(4), hw = c.integer(5), groups = c.integer(6);
   if (n * channels * hw == 0) throw Declined("native_group_norm: empty input");
   Value x = c.b.reshape(c.b.cast(c.tensor(0), t), {n, groups, channels / groups * hw});
@@ -133,7 +131,7 @@ std::vector<Value> group_norm(LoweringContext& c) {
 std::vector<Value> layer_norm_backward(LoweringContext& c) {
   const std::vector<int64_t>& mask = c.ints(7);
   if (mask.size() != 3) throw Declined("native_layer_norm_backward: output_mask of size != 3");
-  DType t = compute_type(c.tensor(1).dtype());
+  DType t = opmath_type(c.tensor(1).dtype());
   Value g = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t);
   if (x.type.numel() == 0) throw Declined("native_layer_norm_backward: empty input");
   const int64_t n = static_cast<int64_t>(c.ints(2).size()), outer = x.rank() - n;
@@ -182,7 +180,7 @@ std::vector<Value> layer_norm_backward(LoweringContext& c) {
 std::vector<Value> group_norm_backward(LoweringContext& c) {
   const std::vector<int64_t>& mask = c.ints(9);
   if (mask.size() != 3) throw Declined("native_group_norm_backward: output_mask of size != 3");
-  DType t = compute_type(c.tensor(1).dtype());
+  DType t = opmath_type(c.tensor(1).dtype());
   const int64_t n = c.integer(5), channels = c.integer(6), hw = c.integer(7), groups = c.integer(8);
   if (n * channels * hw == 0) throw Declined("native_group_norm_backward: empty input");
   Shape grouped{n, groups, channels / groups, hw};
@@ -253,7 +251,7 @@ struct BatchNormResult {
 // The shared batch norm: arguments input, weight, bias at 0..2; running
 // stats at `rm`/`rv` (or none when rm < 0); training, momentum, eps given.
 BatchNormResult batch_norm(LoweringContext& c, int rm, int rv, bool training, double momentum, double eps) {
-  DType t = compute_type(c.out(0).dtype);
+  DType t = opmath_type(c.out(0).dtype);
   Value x = c.b.cast(c.tensor(0), t);
   if (x.rank() < 2 || x.type.numel() == 0) throw Declined("batch_norm: rank < 2 or empty input");
   std::vector<int64_t> dims = batch_dims(x);
@@ -274,7 +272,7 @@ BatchNormResult batch_norm(LoweringContext& c, int rm, int rv, bool training, do
     if (has_stats) {
       // running = (1 - momentum) * running + momentum * batch, unbiased variance.
       auto update = [&](const Value& running, const Value& batch) {
-        DType rt = compute_type(running.dtype());
+        DType rt = opmath_type(running.dtype());
         Value keep =
             c.b.binary(Binary::Multiply, c.b.cast(running, rt), c.b.constant(1 - momentum, {rt, running.shape()}));
         Value add = c.b.binary(Binary::Multiply, c.b.cast(batch, rt), c.b.constant(momentum, {rt, running.shape()}));
@@ -336,7 +334,7 @@ std::vector<Value> native_batch_norm_legit_functional(LoweringContext& c) {
 std::vector<Value> native_batch_norm_backward(LoweringContext& c) {
   const std::vector<int64_t>& mask = c.ints(9);
   if (mask.size() != 3) throw Declined("batch_norm_backward: output_mask of size != 3");
-  DType t = compute_type(c.tensor(1).dtype());
+  DType t = opmath_type(c.tensor(1).dtype());
   Value g = c.b.cast(c.tensor(0), t), x = c.b.cast(c.tensor(1), t);
   if (x.rank() < 2 || x.type.numel() == 0) throw Declined("batch_norm_backward: rank < 2 or empty input");
   bool train = c.args[7].b;

@@ -15,8 +15,6 @@ using stablehlo::Binary;
 using stablehlo::Compare;
 using Pads = std::vector<std::pair<int64_t, int64_t>>;
 
-DType accumulation_type(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
-
 // PyTorch passes int[1] for "same for every spatial dimension"; stride [] means the kernel.
 std::vector<int64_t> per_dim(const std::vector<int64_t>& v, size_t n, const std::vector<int64_t>& empty_means) {
   if (v.empty()) return empty_means;
@@ -321,7 +319,7 @@ LoweringRule avg_pool(size_t n) {
     const TensorType& out = c.out();
     if (out.numel() == 0) return {c.b.constant(0, out)};
     Window w = window(c, x, 1, n, false);
-    DType t = accumulation_type(out.dtype);
+    DType t = opmath_type(out.dtype);
     Value sums = window_sums(c.b, c.b.cast(x, t), w, out.shape);
     Value divisor = c.has(6) ? c.b.constant(static_cast<double>(c.integer(6)), sums.type)
                              : avg_divisor(c.b, w, x.shape(), out.shape, c.args[5].b, t);
@@ -338,7 +336,7 @@ LoweringRule avg_pool_backward(size_t n) {
     const TensorType& in = c.out();
     if (in.numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, in)};
     Window w = window(c, x, 2, n, false);
-    DType t = accumulation_type(in.dtype);
+    DType t = opmath_type(in.dtype);
     Value g = c.b.cast(grad, t);
     Value divisor = c.has(7) ? c.b.constant(static_cast<double>(c.integer(7)), g.type)
                              : avg_divisor(c.b, w, x.shape(), grad.shape(), c.args[6].b, t);
@@ -434,7 +432,7 @@ LoweringRule adaptive_avg_pool(size_t n) {
     require_float(x, "adaptive_avg_pool");
     const TensorType& out = c.out();
     if (out.numel() == 0 || x.type.numel() == 0) throw Declined("adaptive_avg_pool: empty");
-    DType t = accumulation_type(out.dtype);
+    DType t = opmath_type(out.dtype);
     if (!evenly_pooled(x.shape(), out.shape, n)) {
       const size_t lead = x.rank() - n;
       AdaptiveWindows w = adaptive_windows(c.b, x.shape(), out.shape, lead, t);
@@ -454,7 +452,7 @@ LoweringRule adaptive_avg_pool_backward(size_t n) {
     require_float(x, "adaptive_avg_pool backward");
     const TensorType& in = c.out();
     if (in.numel() == 0 || grad.type.numel() == 0) throw Declined("adaptive_avg_pool backward: empty");
-    DType t = accumulation_type(in.dtype);
+    DType t = opmath_type(in.dtype);
     Value g = c.b.cast(grad, t);
     if (!evenly_pooled(x.shape(), grad.shape(), n)) {
       const size_t lead = x.rank() - n;

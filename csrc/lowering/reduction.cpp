@@ -13,12 +13,10 @@ namespace {
 
 using stablehlo::Binary;
 
-DType accumulation_type(DType out) { return out == DType::Float16 || out == DType::BFloat16 ? DType::Float32 : out; }
-
 // Input `i` as PyTorch reduces it: first in the output dtype (sum(x, dtype=bf16)
 // rounds x to bf16), then widened to the accumulation type.
 Value accumulated_input(LoweringContext& c, size_t i, size_t k = 0) {
-  return c.b.cast(c.b.cast(c.tensor(i), c.out(k).dtype), accumulation_type(c.out(k).dtype));
+  return c.b.cast(c.b.cast(c.tensor(i), c.out(k).dtype), opmath_type(c.out(k).dtype));
 }
 
 // The reduced dimensions: argument `i` as an int list; None or [] means all.
@@ -43,14 +41,14 @@ Value sum_over(LoweringContext& c, const std::vector<int64_t>& dims, DType acc) 
 // sum.dim_IntList(self, dim, keepdim, *, dtype)
 std::vector<Value> sum(LoweringContext& c) {
   const Value& x = c.tensor(0);
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   Value s = sum_over(c, reduced_dims(c, 1, x.rank()), acc);
   return {c.b.reshape(c.b.cast(s, c.out().dtype), c.out().shape)};
 }
 
 // sum(self, *, dtype): all dimensions.
 std::vector<Value> sum_all(LoweringContext& c) {
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   Value s = sum_over(c, reduced_dims(c, 99, c.tensor(0).rank()), acc);
   return {c.b.reshape(c.b.cast(s, c.out().dtype), c.out().shape)};
 }
@@ -58,7 +56,7 @@ std::vector<Value> sum_all(LoweringContext& c) {
 // mean.dim(self, dim, keepdim, *, dtype)
 std::vector<Value> mean(LoweringContext& c) {
   const Value& x = c.tensor(0);
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   std::vector<int64_t> dims = reduced_dims(c, 1, x.rank());
   int64_t count = 1;
   for (int64_t d : dims) count *= x.shape().at(d);
@@ -70,7 +68,7 @@ std::vector<Value> mean(LoweringContext& c) {
 // mean(self, *, dtype): all dimensions.
 std::vector<Value> mean_all(LoweringContext& c) {
   const Value& x = c.tensor(0);
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   Value s = sum_over(c, reduced_dims(c, 99, x.rank()), acc);
   Value m = c.b.binary(Binary::Divide, s, c.b.constant(static_cast<double>(x.type.numel()), s.type));
   return {c.b.reshape(c.b.cast(m, c.out().dtype), c.out().shape)};
@@ -172,7 +170,7 @@ LoweringRule arg_max_min(bool is_max) {
 }
 
 Value prod_over(LoweringContext& c, const std::vector<int64_t>& dims) {
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   Value x = accumulated_input(c, 0);
   Value p = c.b.reduce(x, c.b.scalar(1, acc), dims, Binary::Multiply);
   return c.b.reshape(c.b.cast(p, c.out().dtype), c.out().shape);
@@ -200,7 +198,7 @@ std::pair<Value, Value> var_mean_of(LoweringContext& c, size_t k) {
   if (!stablehlo::is_float(x0.dtype()))
     throw std::invalid_argument("std and var only support floating point and complex dtypes (input " + x0.type.str() +
                                 ")");
-  DType acc = accumulation_type(c.out(k).dtype);
+  DType acc = opmath_type(c.out(k).dtype);
   std::vector<int64_t> dims = reduced_dims(c, 1, x0.rank());
   int64_t count = 1;
   for (int64_t d : dims) count *= x0.shape()[d];
@@ -278,7 +276,7 @@ void refuse_empty_dim_list(LoweringContext& c, const char* op, const char* cpu) 
 // it is infinite (all -inf, or an +inf) so no inf - inf appears.
 std::vector<Value> logsumexp(LoweringContext& c) {
   refuse_empty_dim_list(c, "logsumexp", "an error on CPU");
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   Value x = accumulated_input(c, 0);
   std::vector<int64_t> dims = reduced_dims(c, 1, x.rank());
   Value m = reduce_extreme(c.b, x, dims, true);
@@ -291,7 +289,7 @@ std::vector<Value> logsumexp(LoweringContext& c) {
 // nansum(self, dim=None, keepdim, *, dtype): NaN counts as zero.
 std::vector<Value> nansum(LoweringContext& c) {
   refuse_empty_dim_list(c, "nansum", "a full reduction on CPU but no reduction for PyTorch's meta kernel");
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   Value x = accumulated_input(c, 0);
   if (stablehlo::is_float(acc)) x = c.b.select(is_nan(c.b, x), c.b.constant(0, x.type), x);
   Value s = c.b.reduce(x, c.b.scalar(0, acc), reduced_dims(c, 1, x.rank()), Binary::Add);
@@ -304,7 +302,7 @@ std::vector<Value> nansum(LoweringContext& c) {
 std::vector<Value> vector_norm(LoweringContext& c) {
   const Value& x0 = c.tensor(0);
   if (!stablehlo::is_float(x0.dtype())) throw Declined("linalg_vector_norm: non-float input");
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   std::vector<int64_t> dims = reduced_dims(c, 2, x0.rank());
   double ord = c.has(1) ? c.number(1) : 2.0;  // norm's p=None is 2
   Value x = accumulated_input(c, 0);
@@ -338,7 +336,7 @@ std::vector<Value> histc(LoweringContext& c) {
   const int64_t bins = c.integer(1);
   const Value& x0 = c.tensor(0);
   const bool is_float = stablehlo::is_float(x0.dtype());
-  const DType t = is_float ? accumulation_type(x0.dtype()) : DType::Int64;
+  const DType t = is_float ? opmath_type(x0.dtype()) : DType::Int64;
   const TensorType scalar{t, {}};
   Value x = c.b.reshape(c.b.cast(x0, t), {x0.type.numel()});
   Value lo = c.b.constant(c.number(2), scalar), hi = c.b.constant(c.number(3), scalar);
@@ -461,7 +459,7 @@ std::vector<Value> count_nonzero(LoweringContext& c) {
 // trace(self): the sum of a matrix's diagonal, accumulated as sum is.
 std::vector<Value> trace(LoweringContext& c) {
   const Value& x = c.tensor(0);
-  DType acc = accumulation_type(c.out().dtype);
+  DType acc = opmath_type(c.out().dtype);
   Value diagonal = c.b.compare(stablehlo::Compare::EQ, c.b.iota({DType::Int64, x.shape()}, 0),
                                c.b.iota({DType::Int64, x.shape()}, 1));
   Value kept = c.b.select(diagonal, accumulated_input(c, 0), c.b.constant(0, {acc, x.shape()}));
@@ -471,7 +469,7 @@ std::vector<Value> trace(LoweringContext& c) {
 // renorm(self, p, dim, maxnorm): each slice along dim whose p-norm exceeds
 // maxnorm scaled to maxnorm / (norm + 1e-7), as CPU does.
 std::vector<Value> renorm(LoweringContext& c) {
-  const DType acc = accumulation_type(c.out().dtype);
+  const DType acc = opmath_type(c.out().dtype);
   Value x = c.b.cast(c.tensor(0), acc);
   const double p = c.number(1), maxnorm = c.number(3);
   const int64_t dim = normalize_dim(c.integer(2), x.rank());

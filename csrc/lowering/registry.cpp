@@ -191,11 +191,10 @@ LoweringRule in_float32(LoweringRule rule) {
   return [rule = std::move(rule)](LoweringContext& c) -> std::vector<Value> {
     std::vector<TensorType> wide = c.outputs;
     bool low = false;
-    for (TensorType& t : wide)
-      if (t.dtype == DType::BFloat16 || t.dtype == DType::Float16) {
-        t.dtype = DType::Float32;
-        low = true;
-      }
+    for (TensorType& t : wide) {
+      low |= opmath_type(t.dtype) != t.dtype;
+      t.dtype = opmath_type(t.dtype);
+    }
     if (!low) return rule(c);
     LoweringContext w{c.b, c.args, wide};
     std::vector<Value> out = rule(w);

@@ -110,6 +110,10 @@ void register_rule(std::string op, LoweringRule rule);
 const LoweringRule* find_rule(std::string_view op);
 std::vector<std::string> registered_ops();
 
+// The type PyTorch computes a dtype's math in (its opmath / accumulation
+// type): float32 for bfloat16 and float16, the dtype itself otherwise.
+inline DType opmath_type(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
+
 // `rule` computed in float32 where the outputs are bfloat16 or float16 and
 // rounded once at the end (PyTorch's opmath: what its CPU and CUDA kernels
 // do): for rules that are formulas of several ops (gelu, lerp), where rounding

@@ -8,8 +8,6 @@ namespace {
 using stablehlo::Binary;
 using stablehlo::Unary;
 
-DType compute_type(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
-
 // Columns [k*h, (k+1)*h) of a [N, 4H] value: gate k of i, f, g, o.
 Value gate(Builder& b, const Value& v, int64_t k, int64_t h) {
   return b.slice(v, {0, k * h}, {v.shape()[0], (k + 1) * h}, {1, 1});
@@ -19,7 +17,7 @@ Value gate(Builder& b, const Value& v, int64_t k, int64_t h) {
 // -> (hy, cy, workspace): the workspace keeps the activated gates [i, f, g, o]
 // for the backward below (only our own rules read it).
 std::vector<Value> fused_lstm_cell(LoweringContext& c) {
-  DType t = compute_type(c.out(0).dtype);
+  DType t = opmath_type(c.out(0).dtype);
   Value gates = c.b.binary(Binary::Add, c.b.cast(c.tensor(0), t), c.b.cast(c.tensor(1), t));
   for (size_t i : {3, 4})
     if (c.has(i)) gates = c.b.binary(Binary::Add, gates, c.b.broadcast_to(c.b.cast(c.tensor(i), t), gates.shape()));
@@ -40,7 +38,7 @@ std::vector<Value> fused_lstm_cell(LoweringContext& c) {
 // over the batch, undefined without bias.
 std::vector<Value> fused_lstm_cell_backward(LoweringContext& c) {
   if (!c.has(0) && !c.has(1)) return {Value{}, Value{}, Value{}};  // no gradient flows: all undefined
-  DType t = compute_type(c.tensor(2).dtype());
+  DType t = opmath_type(c.tensor(2).dtype());
   Value cx = c.b.cast(c.tensor(2), t), cy = c.b.cast(c.tensor(3), t), ws = c.b.cast(c.tensor(4), t);
   const int64_t h = cx.shape()[1];
   Value zero = c.b.constant(0, cx.type), one = c.b.constant(1, cx.type);
@@ -66,7 +64,7 @@ std::vector<Value> fused_lstm_cell_backward(LoweringContext& c) {
 // r * n_h), hy = n + z * (hx - n). The workspace [r, z, n, hx, n_h] is read
 // only by the backward below.
 std::vector<Value> fused_gru_cell(LoweringContext& c) {
-  DType t = compute_type(c.out(0).dtype);
+  DType t = opmath_type(c.out(0).dtype);
   Value ig = c.b.cast(c.tensor(0), t), hg = c.b.cast(c.tensor(1), t), hx = c.b.cast(c.tensor(2), t);
   if (c.has(3)) ig = c.b.binary(Binary::Add, ig, c.b.broadcast_to(c.b.cast(c.tensor(3), t), ig.shape()));
   if (c.has(4)) hg = c.b.binary(Binary::Add, hg, c.b.broadcast_to(c.b.cast(c.tensor(4), t), hg.shape()));
@@ -86,7 +84,7 @@ std::vector<Value> fused_gru_cell(LoweringContext& c) {
 // grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias); the bias
 // gradients are the gates' gradients summed over the batch, undefined without bias.
 std::vector<Value> fused_gru_cell_backward(LoweringContext& c) {
-  DType t = compute_type(c.tensor(1).dtype());
+  DType t = opmath_type(c.tensor(1).dtype());
   Value g = c.b.cast(c.tensor(0), t), ws = c.b.cast(c.tensor(1), t);
   const int64_t h = g.shape()[1];
   Value r = gate(c.b, ws, 0, h), z = gate(c.b, ws, 1, h), n = gate(c.b, ws, 2, h), hx = gate(c.b, ws, 3, h),

@@ -11,8 +11,6 @@ using stablehlo::Binary;
 using stablehlo::Compare;
 using stablehlo::Unary;
 
-DType accumulation_type(DType out) { return out == DType::Float16 || out == DType::BFloat16 ? DType::Float32 : out; }
-
 }  // namespace
 
 // Hillis-Steele: log2(n) steps of x = x op (x shifted by 2^k).
@@ -36,7 +34,7 @@ namespace {
 LoweringRule cumulative(Binary op, double identity) {
   return [op, identity](LoweringContext& c) -> std::vector<Value> {
     // Rounded to the output dtype first, as PyTorch does, then accumulated wider.
-    Value x = c.b.cast(c.b.cast(c.tensor(0), c.out().dtype), accumulation_type(c.out().dtype));
+    Value x = c.b.cast(c.b.cast(c.tensor(0), c.out().dtype), opmath_type(c.out().dtype));
     int64_t dim = normalize_dim(c.integer(1), x.rank());
     if (x.rank() == 0) x = c.b.reshape(x, {1});
     return {c.b.reshape(c.b.cast(scan(c.b, x, dim, op, identity), c.out().dtype), c.out().shape)};
@@ -56,7 +54,7 @@ Value log_add_exp(Builder& b, const Value& x, const Value& y) {
 // _logcumsumexp(self, dim): a Hillis-Steele scan of log_add_exp (identity
 // -inf), low-precision floats in float32.
 std::vector<Value> logcumsumexp(LoweringContext& c) {
-  Value x = c.b.cast(c.tensor(0), accumulation_type(c.out().dtype));
+  Value x = c.b.cast(c.tensor(0), opmath_type(c.out().dtype));
   if (x.rank() == 0) x = c.b.reshape(x, {1});
   const int64_t dim = normalize_dim(c.integer(1), x.rank()), n = x.shape()[dim];
   for (int64_t k = 1; k < n; k *= 2) {

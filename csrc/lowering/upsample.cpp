@@ -191,8 +191,6 @@ LoweringRule nearest(size_t n, bool exact) {
   };
 }
 
-DType accumulation_type(DType t) { return t == DType::Float16 || t == DType::BFloat16 ? DType::Float32 : t; }
-
 // upsample_nearest{n}d_backward(grad_output, output_size, input_size, scales...) and the exact one.
 LoweringRule nearest_backward(size_t n, bool exact) {
   return [n, exact](LoweringContext& c) -> std::vector<Value> {
@@ -201,7 +199,7 @@ LoweringRule nearest_backward(size_t n, bool exact) {
     require_rank(in, n, "upsample_nearest backward");
     if (!stablehlo::is_float(in.dtype)) throw Declined("upsample_nearest backward: integer gradient");
     if (in.numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, in)};
-    Value g = c.b.cast(grad, accumulation_type(in.dtype));
+    Value g = c.b.cast(grad, opmath_type(in.dtype));
     for (size_t i = n; i-- > 0;) {
       const int64_t d = static_cast<int64_t>(i) + 2, in_size = in.shape[d], out_size = grad.shape()[d];
       std::vector<int64_t> idx;

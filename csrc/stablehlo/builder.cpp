@@ -449,7 +449,7 @@ Value Builder::concatenate(const std::vector<Value>& xs, int64_t dimension) {
 
 Value Builder::dot_general(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lhs_batch,
                            const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
-                           const std::vector<int64_t>& rhs_contract, std::optional<DType> result_dtype) {
+                           const std::vector<int64_t>& rhs_contract) {
   if (lhs.dtype() != rhs.dtype()) refuse("dot_general", "operands must share a dtype", {lhs, rhs});
   if (lhs_batch.size() != rhs_batch.size() || lhs_contract.size() != rhs_contract.size())
     refuse("dot_general", "batch and contracting dimension lists must pair up", {lhs, rhs});
@@ -477,7 +477,7 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const std::vector
                       ", rhs_batching_dimensions = " + list(rhs_batch) +
                       ", lhs_contracting_dimensions = " + list(lhs_contract) +
                       ", rhs_contracting_dimensions = " + list(rhs_contract) + ">";
-  return emit("dot_general", {lhs, rhs}, attrs, {result_dtype.value_or(lhs.dtype()), shape});
+  return emit("dot_general", {lhs, rhs}, attrs, {lhs.dtype(), shape});
 }
 
 Value Builder::reduce(const Value& x, const Value& init, const std::vector<int64_t>& dims, Binary op) {
@@ -901,7 +901,7 @@ Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d
                            const std::vector<int64_t>& window_strides,
                            const std::vector<std::pair<int64_t, int64_t>>& padding,
                            const std::vector<int64_t>& lhs_dilation, const std::vector<int64_t>& rhs_dilation,
-                           int64_t feature_group_count, int64_t batch_group_count, std::optional<DType> result_dtype) {
+                           int64_t feature_group_count, int64_t batch_group_count) {
   size_t n = d.lhs_spatial.size();
   if (lhs.dtype() != rhs.dtype()) refuse("convolution", "operands must share a dtype", {lhs, rhs});
   if (lhs.rank() != static_cast<int64_t>(n) + 2 || rhs.rank() != lhs.rank() || d.rhs_spatial.size() != n ||
@@ -936,7 +936,7 @@ Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d
                       " : i64, lhs_dilation = " + i64_array(lhs_dilation) + ", padding = dense<[" + pad +
                       "]> : tensor<" + std::to_string(n) + "x2xi64>, rhs_dilation = " + i64_array(rhs_dilation) +
                       ", window_strides = " + i64_array(window_strides);
-  return emit("convolution", {lhs, rhs}, attrs, {result_dtype.value_or(lhs.dtype()), shape});
+  return emit("convolution", {lhs, rhs}, attrs, {lhs.dtype(), shape});
 }
 
 // ------------------------------------------------------------------ windowed reductions

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -171,11 +170,9 @@ class Builder {
   Value dynamic_slice(const Value& x, const std::vector<Value>& start, const std::vector<int64_t>& sizes);
   Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& start);
   Value concatenate(const std::vector<Value>& xs, int64_t dimension);
-  // The result is `result_dtype` when given (bfloat16 operands summed in
-  // float32), else the operands' dtype.
   Value dot_general(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lhs_batch,
                     const std::vector<int64_t>& rhs_batch, const std::vector<int64_t>& lhs_contract,
-                    const std::vector<int64_t>& rhs_contract, std::optional<DType> result_dtype = std::nullopt);
+                    const std::vector<int64_t>& rhs_contract);
   // Reduces `x` over `dims` with the associative `op`, starting from `init` (0-d).
   Value reduce(const Value& x, const Value& init, const std::vector<int64_t>& dims, Binary op);
   // result[i] = operand[indices[i]] for a 1-D operand and integer indices of any shape.
@@ -223,13 +220,11 @@ class Builder {
   // ---- Convolution.
  public:
   // stablehlo.convolution. padding holds (low, high) per spatial dimension;
-  // negative padding crops. The result shape is inferred; its dtype is
-  // `result_dtype` when given (bfloat16 operands summed in float32).
+  // negative padding crops. The result shape is inferred.
   Value convolution(const Value& lhs, const Value& rhs, const ConvDims& dims,
                     const std::vector<int64_t>& window_strides, const std::vector<std::pair<int64_t, int64_t>>& padding,
                     const std::vector<int64_t>& lhs_dilation, const std::vector<int64_t>& rhs_dilation,
-                    int64_t feature_group_count, int64_t batch_group_count,
-                    std::optional<DType> result_dtype = std::nullopt);
+                    int64_t feature_group_count, int64_t batch_group_count);
 
   // ---- Ops with a region and several results: variadic reduce, sort.
  public:
