@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -95,6 +96,26 @@ std::string hash_hex(const std::string& s) {
   std::ostringstream o;
   o << std::hex << h;
   return o.str();
+}
+
+// The memory mappings this process holds (lines of /proc/self/maps); 0 where
+// the system does not say.
+int64_t process_mappings() {
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  static thread_local char buffer[1 << 16];
+  int64_t lines = 0;
+  for (size_t got; (got = std::fread(buffer, 1, sizeof buffer, f)) > 0;)
+    lines += std::count(buffer, buffer + got, '\n');
+  std::fclose(f);
+  return lines;
+}
+
+// The kernel's limit on one process's mappings (vm.max_map_count).
+int64_t mapping_limit() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  int64_t limit = 0;
+  return (in >> limit) && limit > 0 ? limit : 65530;
 }
 
 // Bytes device `d` can hold (Runtime::memory_capacity).
@@ -228,6 +249,8 @@ Runtime::Runtime() {
   disk_ = DiskCache::from_environment();
   max_executables_ =
       static_cast<size_t>(positive_env("TORCH_TPU_MAX_EXECUTABLES", 4096, "executables to keep loaded (default 4096)"));
+  mapping_budget_ = positive_env("TORCH_TPU_MAX_MAPPINGS", mapping_limit() / 2,
+                                 "memory mappings (default: half of vm.max_map_count)");
   check_nan_ = env("TORCH_TPU_DEBUG_CHECK_NAN") == "1";
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")
@@ -536,8 +559,34 @@ void Runtime::mark_loaded(const Program& program, bool fresh) {
   }
   loaded_.push_front(program.weak_from_this());
   program.loaded_at = loaded_.begin();
+  unload_oldest(max_executables_);
+  // The count alone does not bound the mappings: a large fused window's
+  // executable holds hundreds. (A JIT that ran out of mappings left libgcc's
+  // unwinder a dangling frame table: the next C++ exception crashed the
+  // process.) Counting them reads /proc/self/maps, milliseconds at tens of
+  // thousands, so the next count waits as many loads as could not reach the
+  // budget at 256 mappings each.
+  if (loads_until_mapping_check_-- > 0) return;
+  int64_t maps = process_mappings();
+  if (maps > mapping_budget_) {
+    // The oldest eighth at a time, down to three quarters of the budget (room
+    // for the loads to come).
+    while (maps > mapping_budget_ / 4 * 3 && loaded_.size() > 1) {
+      const size_t before = loaded_.size();
+      unload_oldest(before - std::max<size_t>(before / 8, 1));
+      if (loaded_.size() == before) break;  // the rest are in use by other threads
+      ++mapping_pressure_unloads_;
+      maps = process_mappings();
+    }
+  }
+  loads_until_mapping_check_ = std::max<int64_t>(mapping_budget_ - maps, 0) / 256;
+}
+
+// Unloads the least recently used executables until `keep` remain (the newest
+// always stays), skipping those in use. Called with loaded_mutex_ held.
+void Runtime::unload_oldest(size_t keep) {
   auto it = loaded_.end();
-  while (loaded_.size() > max_executables_ && it != std::next(loaded_.begin())) {
+  while (loaded_.size() > keep && it != std::next(loaded_.begin())) {
     --it;
     auto victim = it->lock();
     if (!victim) {  // a program dropped (a duplicate build): its executable went with it
@@ -711,6 +760,7 @@ std::map<std::string, int64_t> Runtime::metrics() {
     std::lock_guard<std::mutex> loaded_lock(loaded_mutex_);
     m["loaded_executables"] = static_cast<int64_t>(loaded_.size());
     m["unloaded_executables"] = unloaded_executables_;
+    m["mapping_pressure_unloads"] = mapping_pressure_unloads_;
   }
   return m;
 }
@@ -722,6 +772,7 @@ void Runtime::reset_metrics() {
   cache_hits_ = 0;
   std::lock_guard<std::mutex> loaded_lock(loaded_mutex_);
   unloaded_executables_ = 0;
+  mapping_pressure_unloads_ = 0;
 }
 
 namespace {

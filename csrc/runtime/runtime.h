@@ -256,16 +256,21 @@ class Runtime {
   std::mutex mutex_;
   std::unordered_map<std::string, ProgramPtr> programs_;
   // Programs whose executable is loaded, most recently used first. Each holds
-  // JIT code mappings (about three on the CPU plugin, and the kernel's limit
-  // is 65530 per process) and device-side code, so a process that makes many
-  // programs (a long test run, many shapes) unloads the least recently used
-  // beyond max_executables_; the next use loads it from the disk cache or
-  // compiles it again.
+  // JIT code mappings (about three on the CPU plugin for one op, hundreds for
+  // a large fused window; the kernel's limit is vm.max_map_count, 65530 per
+  // process) and device-side code, so a process that makes many programs (a
+  // long test run, many shapes) unloads the least recently used beyond
+  // max_executables_, or while the process holds more than mapping_budget_
+  // mappings; the next use loads it from the disk cache or compiles it again.
   std::mutex loaded_mutex_;
   std::list<std::weak_ptr<const Program>> loaded_;
-  size_t max_executables_ = 4096;  // TORCH_TPU_MAX_EXECUTABLES
+  size_t max_executables_ = 4096;   // TORCH_TPU_MAX_EXECUTABLES
+  int64_t mapping_budget_ = 32765;  // TORCH_TPU_MAX_MAPPINGS, half of vm.max_map_count
   int64_t unloaded_executables_ = 0;
+  int64_t mapping_pressure_unloads_ = 0;  // rounds of unloading for mappings
+  int64_t loads_until_mapping_check_ = 0;
   void mark_loaded(const Program& program, bool fresh);
+  void unload_oldest(size_t keep);
   std::shared_ptr<pjrt::Executable> compile_on_devices(const Program& program);
   std::shared_ptr<pjrt::Executable> load_or_compile(const Program& program, bool* from_disk);
   // Compiles in progress, by disk key: a second thread waits for the first.
