@@ -43,13 +43,13 @@ test-python: build
 	$(PY) -m pytest tests/python -q
 
 # The Python suite again in Fused mode: every op recorded and run in fused windows
-# (OpInfo: float32, 4 samples each; the lowering rules are the same as in Strict mode).
+# (OpInfo: float32, 2 samples each; the lowering rules are the same as in Strict mode).
 # Left out: what runs every mode itself (test_hf.py, the semantics tests), the
 # disk cache's subprocesses (test_cache; test_fused loads fused windows from
 # disk), compiled graphs (test_compile: the eager mode does not change them) and
 # the distributed tests (thread ranks, torchrun): `make distributed` runs those.
 test-fused: build
-	TORCH_TPU_EAGER_MODE=fused TORCH_TPU_OPINFO_DTYPES=float32 TORCH_TPU_OPINFO_SAMPLES=4 $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
+	TORCH_TPU_EAGER_MODE=fused TORCH_TPU_OPINFO_DTYPES=float32 TORCH_TPU_OPINFO_SAMPLES=2 $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
 	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py \
 	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_compile.py \
 	  --ignore=tests/python/test_distributed.py --ignore=tests/python/test_torchrun.py

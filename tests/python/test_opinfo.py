@@ -29,7 +29,7 @@ import torch_tpu
 # TORCH_TPU_OPINFO_SAMPLES (a number, or "all") and TORCH_TPU_OPINFO_DTYPES
 # ("float32,int64") narrow or widen the run: the Fused pass of `make test`
 # runs float32 only, `make opinfo` every sample.
-SAMPLES = {torch.float32: 15, torch.bfloat16: 3, torch.int64: 3, torch.complex64: 1}
+SAMPLES = {torch.float32: 10, torch.bfloat16: 3, torch.int64: 3, torch.complex64: 1}
 if os.environ.get("TORCH_TPU_OPINFO_SAMPLES"):
     _n = os.environ["TORCH_TPU_OPINFO_SAMPLES"]
     SAMPLES = {d: (1 << 30 if _n == "all" else int(_n)) for d in SAMPLES}
