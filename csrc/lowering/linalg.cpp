@@ -10,15 +10,18 @@ namespace {
 // added term) is applied before the one rounding to the output dtype, as
 // cuBLAS does with a float32 compute type.
 
-// lhs . rhs over the given dims, operands rounded to the output dtype, then
-// multiplied in its accumulation type. (A bfloat16 x bfloat16 -> float32
-// dot_general is what TPUs run natively, but XLA:CPU's DotThunk refuses it
-// for larger dots: the operands are widened instead, exactly.)
+// Argument i rounded to the output dtype, then widened (exactly) to its
+// accumulation type. (A bfloat16 x bfloat16 -> float32 dot_general is what
+// TPUs run natively, but XLA:CPU's DotThunk refuses it for larger dots.)
+Value operand(LoweringContext& c, size_t i) {
+  const DType t = c.out().dtype;
+  return c.b.cast(c.b.cast(c.tensor(i), t), opmath_type(t));
+}
+
+// lhs . rhs over the given dims, in the accumulation type.
 Value product(LoweringContext& c, size_t lhs, size_t rhs, const std::vector<int64_t>& batch,
               const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract) {
-  const DType t = c.out().dtype, acc = opmath_type(t);
-  auto operand = [&](size_t i) { return c.b.cast(c.b.cast(c.tensor(i), t), acc); };
-  return c.b.dot_general(operand(lhs), operand(rhs), batch, batch, lhs_contract, rhs_contract);
+  return c.b.dot_general(operand(c, lhs), operand(c, rhs), batch, batch, lhs_contract, rhs_contract);
 }
 
 // beta * self + alpha * p (arguments `beta_at`, `beta_at` + 1), rounded once;
@@ -61,7 +64,7 @@ std::vector<Value> addr(LoweringContext& c) {
   const DType t = c.out().dtype;
   if (t == DType::Bool) throw Declined("addr: bool (logical and / or)");
   const TensorType& o = c.out();
-  Value a = c.b.cast(c.b.cast(c.tensor(1), t), opmath_type(t)), b = c.b.cast(c.b.cast(c.tensor(2), t), opmath_type(t));
+  Value a = operand(c, 1), b = operand(c, 2);
   Value p = c.b.binary(stablehlo::Binary::Multiply, c.b.broadcast_in_dim(a, o.shape, {0}),
                        c.b.broadcast_in_dim(b, o.shape, {1}));
   return epilogue(c, p, 0, 3);
