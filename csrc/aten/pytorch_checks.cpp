@@ -116,6 +116,11 @@ std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const 
       return {};  // no CPU kernel after all
     if (pointwise || trusted(e)) throw;
     return {};
+  } catch (const std::exception&) {
+    // Not one of PyTorch's checks: a library under a CPU kernel refusing the
+    // stand-in itself (oneDNN's bfloat16 convolution on CPUs with
+    // avx512_bf16 rejects a size-1 stand-in whose padding exceeds it).
+    return {};
   }
   std::vector<at::ScalarType> dtypes;
   for (const auto& r : stack)
