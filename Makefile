@@ -37,7 +37,7 @@ test-cpp: build
 # A second pass in Debug mode (every op awaited) over the op tests.
 test-debug: build
 	TORCH_TPU_EAGER_MODE=debug $(PY) -m pytest -q -p no:warnings tests/python/test_ops.py tests/python/test_views.py \
-	  tests/python/test_indexing.py tests/python/test_reductions.py tests/python/test_fallback.py
+	  tests/python/test_indexing.py tests/python/test_reductions.py tests/python/test_fallback.py tests/python/test_complex.py
 
 test-python: build
 	$(PY) -m pytest tests/python -q

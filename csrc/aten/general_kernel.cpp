@@ -43,6 +43,7 @@ struct OpPlan {
   std::string name;  // "aten::add_.Tensor"
   const lowering::LoweringRule* rule = nullptr;
   std::optional<c10::OperatorHandle> functional;  // the op the rule is for, when it is not this one
+  bool takes_complex = false;                     // the rule is written for complex values
   std::vector<bool> is_out;                       // out= arguments: written, never read
   std::vector<int> return_alias;                  // for each return: the argument it aliases, or -1
   // Arguments the op writes but does not return (batch norm's running
@@ -140,6 +141,8 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
     if (!plan.functional) return std::nullopt;
     plan.rule = lowering::find_rule(full_name(plan.functional->operator_name()));
   }
+  plan.takes_complex =
+      lowering::takes_complex(plan.functional ? full_name(plan.functional->operator_name()) : plan.name);
   for (const auto& a : s.arguments()) plan.is_out.push_back(a.is_out());
   // So a fresh tensor is never uploaded just to be overwritten; its shape goes in the key.
   if (!plan.functional && lowering::overwrites_first_argument(plan.name)) {
@@ -209,6 +212,7 @@ struct Input {
 // The use of Scalar argument `i` for this call, recording its value.
 ScalarUse scalar_use(OpPlan& plan, size_t i, const c10::IValue& v) {
   if (plan.scalar_use[i] == ScalarUse::None || v.isNone()) return ScalarUse::None;
+  if (v.isComplexDouble()) return ScalarUse::Static;  // in the key: a complex program input is not worth it
   std::lock_guard<std::mutex> lock(scalar_mutex);
   ScalarUse& use = plan.scalar_use[i];
   if (use != ScalarUse::Tracking || !(v.isDouble() || v.isInt() || v.isBool())) return use;
@@ -312,6 +316,11 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
   } else if (v.isDouble()) {
     char buf[40];
     std::snprintf(buf, sizeof buf, "d%.17g;", v.toDouble());
+    key += buf;
+  } else if (v.isComplexDouble()) {
+    char buf[80];
+    const c10::complex<double> z = v.toComplexDouble();
+    std::snprintf(buf, sizeof buf, "c%.17g,%.17g;", z.real(), z.imag());
     key += buf;
   } else if (v.isIntList()) {
     key += 'I';
@@ -488,8 +497,8 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
   return types;
 }
 
-LoweringArg lowering_arg(const c10::IValue& v, bool is_out, bool dynamic, int source, size_t& next_param,
-                         const std::vector<stablehlo::Value>& params) {
+LoweringArg lowering_arg(stablehlo::Builder& b, const c10::IValue& v, bool is_out, bool dynamic, int source,
+                         size_t& next_param, const std::vector<stablehlo::Value>& params) {
   LoweringArg a;
   if (is_out) return a;
   if (dynamic) {
@@ -521,6 +530,11 @@ LoweringArg lowering_arg(const c10::IValue& v, bool is_out, bool dynamic, int so
   } else if (v.isDouble()) {
     a.kind = LoweringArg::Double;
     a.d = v.toDouble();
+  } else if (v.isComplexDouble()) {  // a complex Python number: a 0-d constant that promotes as a number
+    const c10::complex<double> z = v.toComplexDouble();
+    a.kind = LoweringArg::Tensor;
+    a.wrapped_number = true;
+    a.tensor = b.complex(b.scalar(z.real(), stablehlo::DType::Float64), b.scalar(z.imag(), stablehlo::DType::Float64));
   } else if (v.isIntList()) {
     a.kind = LoweringArg::IntList;
     a.ints = v.toIntVector();
@@ -589,6 +603,9 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
     if (plan.pointwise && !plan.functional && cpu_dtypes.size() == outs.size())
       for (size_t k = 0; k < outs.size(); ++k) outs[k].dtype = to_dtype(cpu_dtypes[k]);
   }
+  if (!plan.takes_complex)
+    for (const auto& t : outs)
+      if (stablehlo::is_complex(t.dtype)) throw lowering::Declined(plan.name + " has no rule for complex values yet");
   lay_out_like_cpu(plan.name, plan.pointwise, plan.is_out, args, outs, strides);
   stablehlo::Builder b;
   std::vector<stablehlo::Value> params;
@@ -603,7 +620,7 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   std::vector<LoweringArg> largs;
   size_t next_param = 0;
   for (size_t i = 0; i < n; ++i)
-    largs.push_back(lowering_arg(args[i], plan.is_out[i], dynamic[i], static_cast<int>(i), next_param, params));
+    largs.push_back(lowering_arg(b, args[i], plan.is_out[i], dynamic[i], static_cast<int>(i), next_param, params));
   lowering::LoweringContext ctx{b, largs, outs, {}};
   std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
   const size_t written = plan.writes_from_functional ? 0 : mutated.size();
@@ -751,6 +768,34 @@ bool needs_value_check(const std::vector<c10::IValue>& args, const std::vector<b
   return false;
 }
 
+// Complex values reach only the rules written for them (lowering/complex.cpp).
+void decline_complex(const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  auto complex = [](const at::Tensor& t) { return t.defined() && t.is_complex(); };
+  for (const auto& v : args) {
+    if (plan.takes_complex) continue;
+    bool any = v.isComplexDouble() || (v.isTensor() && complex(v.toTensor()));
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector()) any |= complex(t);
+    if (any) throw lowering::Declined(plan.name + " has no rule for complex values yet");
+  }
+}
+
+// PyTorch lets a conjugate or negative view through to a few ops with its
+// bit set (mm, dot, addmm: BLAS conjugates as it reads): an input is read as
+// its values. (Written arguments keep their bits; their ops do not get them.)
+void resolve_math_views(const OpPlan& plan, std::vector<c10::IValue>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].isTensor() || plan.is_out[i]) continue;
+    const at::Tensor& t = args[i].toTensor();
+    if (!t.defined() || (!t.is_conj() && !t.is_neg())) continue;
+    const int k = static_cast<int>(i);
+    if (std::count(plan.mutated.begin(), plan.mutated.end(), k) ||
+        std::count(plan.return_alias.begin(), plan.return_alias.end(), k))
+      continue;
+    args[i] = t.resolve_conj().resolve_neg();
+  }
+}
+
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
@@ -758,6 +803,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (index_put_as_masked_fill(plan, args, stack)) return;
   expand_index_masks(args, stack);
   resolve_generators(op.schema(), args);
+  decline_complex(plan, args);
+  resolve_math_views(plan, args);
 
   std::string key;
   key.reserve(128);

@@ -12,6 +12,8 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -102,14 +104,16 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
 // _copy_from(self=src, dst): every copy_ that involves a tpu tensor lands here,
 // math views included (the Negative key falls through to it, below).
 at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
-  if (src.is_neg() || dst.is_neg()) {  // x._neg_view(): the values are the negated stored ones
-    TORCH_CHECK(!src.is_conj() && !dst.is_conj(),
-                "torch_tpu: copy_ between conjugate views of complex tensors "
-                "is not supported (complex dtypes are not supported on tpu yet)");
-    at::Tensor from = src.alias(), to = dst.alias();  // the stored values, without the bit
+  // x._neg_view(), x.conj(): the values are the negated / conjugated stored ones.
+  if (src.is_neg() || dst.is_neg() || src.is_conj() || dst.is_conj()) {
+    at::Tensor from = src.alias(), to = dst.alias();  // the stored values, without the bits
     from._set_neg(false);
+    from._set_conj(false);
     to._set_neg(false);
-    to.copy_(src.is_neg() != dst.is_neg() ? at::neg(from) : from, non_blocking);
+    to._set_conj(false);
+    if (src.is_conj() != dst.is_conj()) from = at::conj_physical(from);
+    if (src.is_neg() != dst.is_neg()) from = at::neg(from);
+    to.copy_(from, non_blocking);
     return dst;
   }
   // The checks CPU's copy_ makes through TensorIterator, which this path skips.
@@ -258,6 +262,10 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty);
@@ -274,6 +282,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", set_source_tensor);
   m.impl("set_", set_empty);
   m.impl("view", at::native::view);
+  m.impl("view_as_real", at::native::view_as_real);  // complex storage seen as its float parts
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
   m.impl("native_batch_norm", native_batch_norm);

@@ -25,25 +25,44 @@ void ensure_value(DeviceStorage& s, DType dtype) {
   s.value = Runtime::get().upload(zeros.data(), dtype, {s.numel()}, s.device);
 }
 
+// A flat complex value as the flat array of its parts, real then imaginary:
+// its bytes as a real dtype.
+stablehlo::Value interleave_parts(stablehlo::Builder& b, const stablehlo::Value& x) {
+  const int64_t n = x.type.numel();
+  auto re = b.reshape(b.real(x), {n, 1}), im = b.reshape(b.imag(x), {n, 1});
+  return b.reshape(b.concatenate({re, im}, 1), {2 * n});
+}
+
+// The inverse: a flat array of parts (float32 or float64) as complex numbers.
+stablehlo::Value pair_parts(stablehlo::Builder& b, const stablehlo::Value& parts) {
+  const int64_t n = parts.type.numel() / 2;
+  auto pairs = b.reshape(parts, {n, 2});
+  auto part = [&](int64_t k) { return b.reshape(b.slice(pairs, {0, k}, {n, k + 1}, {1, 1}), {n}); };
+  return b.complex(part(0), part(1));
+}
+
 // Reinterprets the whole storage value as `dtype` (its bytes unchanged), for
 // a read or write through a dtype of another element size: storage-level
 // copies (torch.save / torch.load, UntypedStorage.copy_) move bytes as uint8.
 // A bool is the byte 0 or 1; a byte read as bool is "!= 0".
 void retype(const at::Tensor& t, DeviceStorage& s, DType dtype) {
-  const size_t to = stablehlo::byte_size(dtype);
-  TORCH_CHECK(s.nbytes % to == 0, "torch_tpu: reading a storage of ", s.nbytes, " bytes written as ",
-              stablehlo::mlir_name(s.dtype), " through a tensor of dtype ", t.scalar_type(),
+  TORCH_CHECK(s.nbytes % stablehlo::byte_size(dtype) == 0, "torch_tpu: reading a storage of ", s.nbytes,
+              " bytes written as ", stablehlo::mlir_name(s.dtype), " through a tensor of dtype ", t.scalar_type(),
               " is not supported; copy the tensor instead of viewing it.");
   const DType from_dtype = s.dtype;
-  const int64_t from_numel = s.numel(), to_numel = static_cast<int64_t>(s.nbytes / to);
-  std::string key = "retype|" + stablehlo::mlir_name(from_dtype) + "|" + std::to_string(from_numel) + "|" +
+  const int64_t storage_numel = s.numel();
+  std::string key = "retype|" + stablehlo::mlir_name(from_dtype) + "|" + std::to_string(s.numel()) + "|" +
                     stablehlo::mlir_name(dtype);
   auto program = Runtime::get().program(key, [&] {
     stablehlo::Builder b;
-    auto x = b.parameter(TensorType{from_dtype, {from_numel}});
+    auto x = b.parameter(TensorType{from_dtype, {storage_numel}});
     if (x.dtype() == DType::Bool) x = b.convert(x, DType::UInt8);
-    const DType bytes = dtype == DType::Bool ? DType::UInt8 : dtype;
-    const size_t from = stablehlo::byte_size(x.dtype());
+    // XLA bitcasts no complex type: a complex storage is its parts interleaved.
+    if (stablehlo::is_complex(x.dtype())) x = interleave_parts(b, x);
+    const DType bytes = dtype == DType::Bool ? DType::UInt8 : stablehlo::real_part_type(dtype);
+    const int64_t to_numel = static_cast<int64_t>(s.nbytes / stablehlo::byte_size(bytes));
+    const int64_t from_numel = x.type.numel();
+    const size_t from = stablehlo::byte_size(x.dtype()), to = stablehlo::byte_size(bytes);
     if (from > to) {  // one element becomes from/to narrower ones
       auto r = static_cast<int64_t>(from / to);
       x = b.reshape(b.bitcast_convert(x, TensorType{bytes, {from_numel, r}}), {to_numel});
@@ -54,7 +73,8 @@ void retype(const at::Tensor& t, DeviceStorage& s, DType dtype) {
       x = b.bitcast_convert(x, TensorType{bytes, {to_numel}});
     }
     if (dtype == DType::Bool) x = b.compare(stablehlo::Compare::NE, x, b.constant(0, x.type));
-    return std::make_pair(b.module({x}), std::vector<TensorType>{{dtype, {to_numel}}});
+    if (stablehlo::is_complex(dtype)) x = pair_parts(b, x);
+    return std::make_pair(b.module({x}), std::vector<TensorType>{{dtype, {x.type.numel()}}});
   });
   s.value = Runtime::get().execute(program, {s.value}, s.device, "storage reinterpretation")[0];
   s.dtype = dtype;
@@ -73,8 +93,11 @@ stablehlo::Value reinterpret(stablehlo::Builder& b, const stablehlo::Value& x, D
 // A dtype of another byte size reinterprets the whole storage first (its
 // bytes unchanged); one of the same size is reinterpreted inside the program.
 // A bool reinterprets the storage as bytes (lossless), not as bools.
+// A complex dtype and another one of its size (complex64 and float64) retype too: XLA bitcasts no complex type.
 void match_storage_dtype(const at::Tensor& t, DeviceStorage& s, DType d) {
-  if (stablehlo::byte_size(s.dtype) != stablehlo::byte_size(d)) retype(t, s, d == DType::Bool ? DType::UInt8 : d);
+  const bool complex_change = s.dtype != d && (stablehlo::is_complex(s.dtype) || stablehlo::is_complex(d));
+  if (complex_change || stablehlo::byte_size(s.dtype) != stablehlo::byte_size(d))
+    retype(t, s, d == DType::Bool ? DType::UInt8 : d);
 }
 
 }  // namespace
@@ -91,10 +114,12 @@ DType to_dtype(at::ScalarType t) {
     case at::kBFloat16: return DType::BFloat16;
     case at::kFloat: return DType::Float32;
     case at::kDouble: return DType::Float64;
+    case at::kComplexFloat: return DType::Complex64;
+    case at::kComplexDouble: return DType::Complex128;
     default:
       TORCH_CHECK_TYPE(false, "torch_tpu: dtype torch.", c10::getDtypeNames(t).first,
-                       " is not supported on tpu. Supported: float32, bfloat16, float16, float64, int8, int16, "
-                       "int32, int64, uint8, bool. Convert the tensor first, e.g. x.float().");
+                       " is not supported on tpu. Supported: float32, bfloat16, float16, float64, complex64, "
+                       "complex128, int8, int16, int32, int64, uint8, bool. Convert the tensor first, e.g. x.float().");
   }
 }
 
@@ -110,6 +135,8 @@ at::ScalarType to_scalar_type(DType t) {
     case DType::BFloat16: return at::kBFloat16;
     case DType::Float32: return at::kFloat;
     case DType::Float64: return at::kDouble;
+    case DType::Complex64: return at::kComplexFloat;
+    case DType::Complex128: return at::kComplexDouble;
   }
   return at::ScalarType::Undefined;
 }

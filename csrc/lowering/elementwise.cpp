@@ -201,15 +201,21 @@ std::vector<Value> logical_not(LoweringContext& c) {
 std::vector<Value> bitwise_not(LoweringContext& c) { return {c.b.unary(Unary::Not, c.operand_as_output(0))}; }
 
 std::vector<Value> isnan(LoweringContext& c) {
-  const Value& x = c.tensor(0);
-  if (!stablehlo::is_float(x.dtype())) return {c.b.constant(0, c.out())};
+  const Value& x = c.tensor(0);  // a complex NaN (either part) is unequal to itself too
+  if (!stablehlo::is_float(x.dtype()) && !stablehlo::is_complex(x.dtype())) return {c.b.constant(0, c.out())};
   return {c.b.compare(stablehlo::Compare::NE, x, x)};
+}
+
+Value is_infinite(Builder& b, const Value& x) {
+  if (stablehlo::is_complex(x.dtype()))  // either part
+    return b.binary(Binary::Or, is_infinite(b, b.real(x)), is_infinite(b, b.imag(x)));
+  return b.compare(stablehlo::Compare::EQ, b.unary(Unary::Abs, x), b.constant(INFINITY, x.type));
 }
 
 std::vector<Value> isinf(LoweringContext& c) {
   const Value& x = c.tensor(0);
-  if (!stablehlo::is_float(x.dtype())) return {c.b.constant(0, c.out())};
-  return {c.b.compare(stablehlo::Compare::EQ, c.b.unary(Unary::Abs, x), c.b.constant(INFINITY, x.type))};
+  if (!stablehlo::is_float(x.dtype()) && !stablehlo::is_complex(x.dtype())) return {c.b.constant(0, c.out())};
+  return {is_infinite(c.b, x)};
 }
 
 // isneginf / isposinf: integers are never infinite.
@@ -265,6 +271,13 @@ std::vector<Value> prelu_backward(LoweringContext& c) {
 std::vector<Value> sign(LoweringContext& c) {
   Value x = c.operand_as_output(0);
   if (x.dtype() == DType::Bool) return {x};
+  if (stablehlo::is_complex(x.dtype())) {  // sgn: x / |x|, and 0 at 0
+    Value magnitude = c.b.unary(Unary::Abs, x);
+    Value zero = c.b.constant(0, magnitude.type);
+    Value is_zero = c.b.compare(stablehlo::Compare::EQ, magnitude, zero);
+    Value unit = c.b.binary(Binary::Divide, x, c.b.complex(magnitude, zero));
+    return {c.b.select(is_zero, c.b.constant(0, x.type), unit)};
+  }
   Value zero = c.b.constant(0, x.type);
   return {c.b.binary(Binary::Subtract, c.b.cast(c.b.compare(stablehlo::Compare::GT, x, zero), x.dtype()),
                      c.b.cast(c.b.compare(stablehlo::Compare::LT, x, zero), x.dtype()))};
@@ -272,6 +285,7 @@ std::vector<Value> sign(LoweringContext& c) {
 
 // abs: unsigned integers are their own absolute value.
 std::vector<Value> abs(LoweringContext& c) {
+  if (stablehlo::is_complex(c.tensor(0).dtype())) return {c.b.unary(Unary::Abs, c.tensor(0))};  // real-valued
   Value x = c.operand_as_output(0);
   if (x.dtype() == DType::UInt8 || x.dtype() == DType::Bool) return {x};
   return {c.b.unary(Unary::Abs, x)};
@@ -327,7 +341,7 @@ std::optional<Value> float_power_of(Builder& b, const Value& x, double e) {
 std::vector<Value> pow(LoweringContext& c) {
   Value base = c.operand_as_output(0), exponent = c.operand_as_output(1);
   const bool known = c.args[1].kind != LoweringArg::Tensor && !c.args[1].dynamic;
-  if (stablehlo::is_float(c.out().dtype)) {
+  if (stablehlo::is_float(c.out().dtype) || stablehlo::is_complex(c.out().dtype)) {
     if (known)
       if (auto r = float_power_of(c.b, base, c.number(1))) return {*r};
     return {c.b.binary(Binary::Power, base, exponent)};

@@ -28,6 +28,14 @@ Value product(LoweringContext& c, size_t lhs, size_t rhs, const std::vector<int6
 // beta == 0 ignores self, NaN included.
 std::vector<Value> epilogue(LoweringContext& c, Value p, size_t self, size_t beta_at) {
   const size_t alpha_at = beta_at + 1;
+  auto is_complex_number = [&](size_t i) { return c.has(i) && c.args[i].kind == LoweringArg::Tensor; };
+  if (is_complex_number(alpha_at) || is_complex_number(beta_at)) {  // complex alpha or beta (a nonzero beta)
+    auto scaled = [&](const Value& v, size_t i) {
+      return c.has(i) ? c.b.binary(stablehlo::Binary::Multiply, v, c.value_as(i, v.type)) : v;
+    };
+    Value s = scaled(c.b.cast(c.operand_as_output(self), p.dtype()), beta_at);
+    return {c.b.cast(c.b.binary(stablehlo::Binary::Add, s, scaled(p, alpha_at)), c.out().dtype)};
+  }
   const double alpha = c.has(alpha_at) ? c.number(alpha_at) : 1, beta = c.has(beta_at) ? c.number(beta_at) : 1;
   if (alpha != 1) p = c.b.binary(stablehlo::Binary::Multiply, p, c.b.constant(alpha, p.type));
   if (beta != 0) {
@@ -48,6 +56,14 @@ std::vector<Value> bmm(LoweringContext& c) { return {c.b.cast(product(c, 0, 1, {
 std::vector<Value> dot(LoweringContext& c) {
   if (c.tensor(0).dtype() != c.tensor(1).dtype()) throw Declined("dot: mixed dtypes");
   return {c.b.cast(product(c, 0, 1, {}, {0}, {0}), c.out().dtype)};
+}
+
+// vdot(a, b) = sum(conj(a) * b).
+std::vector<Value> vdot(LoweringContext& c) {
+  if (c.tensor(0).dtype() != c.tensor(1).dtype()) throw Declined("vdot: mixed dtypes");
+  Value a = operand(c, 0);
+  if (stablehlo::is_complex(a.dtype())) a = c.b.complex(c.b.real(a), c.b.unary(stablehlo::Unary::Negate, c.b.imag(a)));
+  return {c.b.cast(c.b.dot_general(a, operand(c, 1), {}, {}, {0}, {0}), c.out().dtype)};
 }
 
 // addmm(self, mat1, mat2, *, beta, alpha) = beta * self + alpha * (mat1 @ mat2)
@@ -258,7 +274,7 @@ LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
 LOWERING("aten::dot", dot);
-LOWERING("aten::vdot", dot);  // dot, for the real dtypes tpu has
+LOWERING("aten::vdot", vdot);
 LOWERING("aten::addmv", addmv);
 LOWERING("aten::addr", addr);
 LOWERING("aten::baddbmm", baddbmm);

@@ -115,6 +115,8 @@ std::string torch_name(DType t) {
     case DType::BFloat16: return "torch.bfloat16";
     case DType::Float32: return "torch.float32";
     case DType::Float64: return "torch.float64";
+    case DType::Complex64: return "torch.complex64";
+    case DType::Complex128: return "torch.complex128";
   }
   return "?";
 }

@@ -96,7 +96,11 @@ std::vector<std::string> registered_ops() {
 }
 
 namespace {
-int category(DType t) { return t == DType::Bool ? 0 : stablehlo::is_float(t) ? 2 : 1; }
+int category(DType t) { return t == DType::Bool ? 0 : stablehlo::is_complex(t) ? 3 : stablehlo::is_float(t) ? 2 : 1; }
+// complex64 / complex128 for a float of the width of float32 / float64 or less.
+DType complex_of(DType t) {
+  return t == DType::Float64 || t == DType::Complex128 ? DType::Complex128 : DType::Complex64;
+}
 int rank_within(DType t) {
   switch (t) {
     case DType::Bool: return 0;
@@ -109,6 +113,8 @@ int rank_within(DType t) {
     case DType::BFloat16: return 1;
     case DType::Float32: return 3;
     case DType::Float64: return 4;
+    case DType::Complex64: return 3;
+    case DType::Complex128: return 4;
   }
   return 0;
 }
@@ -122,6 +128,9 @@ DType promote_same_priority(DType a, DType b) {
 }  // namespace
 
 DType promote_types(DType a, DType b) {
+  // complex64 with float64 is complex128: the parts keep the wider float.
+  if (stablehlo::is_complex(a) && stablehlo::is_float(b)) return promote_types(a, complex_of(b));
+  if (stablehlo::is_complex(b) && stablehlo::is_float(a)) return promote_types(complex_of(a), b);
   if (category(a) != category(b)) return category(a) > category(b) ? a : b;
   return promote_same_priority(a, b);
 }
@@ -135,7 +144,9 @@ DType promote(DType a, Operand a_class, DType b, Operand b_class) {
   // PyTorch's combine_categories(higher, lower).
   auto combine = [](std::optional<DType> higher, std::optional<DType> lower) -> std::optional<DType> {
     if (!higher) return lower;
-    if (!lower || stablehlo::is_float(*higher)) return higher;
+    if (!lower || stablehlo::is_complex(*higher)) return higher;
+    if (stablehlo::is_complex(*lower)) return stablehlo::is_float(*higher) ? complex_of(*higher) : *lower;
+    if (stablehlo::is_float(*higher)) return higher;
     if (*higher == DType::Bool || stablehlo::is_float(*lower)) return promote_types(*higher, *lower);
     return higher;
   };

@@ -106,6 +106,10 @@ struct Declined : std::runtime_error {
 
 using LoweringRule = std::function<std::vector<Value>(LoweringContext&)>;
 
+// Whether `op`'s rule is written for complex values (csrc/lowering/complex.cpp);
+// the others decline them.
+bool takes_complex(std::string_view op);
+
 void register_rule(std::string op, LoweringRule rule);
 const LoweringRule* find_rule(std::string_view op);
 std::vector<std::string> registered_ops();

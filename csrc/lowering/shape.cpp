@@ -12,7 +12,8 @@ using stablehlo::Compare;
 
 // A Scalar argument as a 0-d value of `dtype`, exact for integers.
 Value scalar_arg(LoweringContext& c, size_t i, DType dtype) {
-  if (c.args[i].dynamic) return c.value_as(i, {dtype, {}});  // a program input, not a constant
+  // A program input, not a constant, or a complex number (a 0-d constant already).
+  if (c.args[i].dynamic || c.args[i].kind == LoweringArg::Tensor) return c.value_as(i, {dtype, {}});
   if (c.args[i].kind == LoweringArg::Int) return c.b.constant_int(c.args[i].i, {dtype, {}});
   return c.b.scalar(c.number(i), dtype);
 }

@@ -214,6 +214,15 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       for (auto a : node[1].cast<py::list>()) args.push_back(g.arg(a));
       std::vector<TensorType> outs;
       for (auto t : node[2].cast<py::list>()) outs.push_back(t.is_none() ? TensorType{} : tensor_type(t));
+      if (!lowering::takes_complex(op)) {
+        bool complex = false;
+        for (const auto& a : args) {
+          complex |= stablehlo::is_complex(a.tensor.dtype()) && !a.tensor.name.empty();
+          for (const auto& t : a.tensors) complex |= stablehlo::is_complex(t.dtype());
+        }
+        for (const auto& t : outs) complex |= stablehlo::is_complex(t.dtype);
+        if (complex) throw lowering::Declined(op + " has no rule for complex values yet");
+      }
       lowering::LoweringContext ctx{g.b, args, outs, {}};
       std::vector<Value> results = (*rule)(ctx);
       for (size_t k = 0; k < results.size() && k < outs.size(); ++k) {

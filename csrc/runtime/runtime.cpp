@@ -156,6 +156,8 @@ PJRT_Buffer_Type pjrt_type(DType t) {
     case DType::BFloat16: return PJRT_Buffer_Type_BF16;
     case DType::Float32: return PJRT_Buffer_Type_F32;
     case DType::Float64: return PJRT_Buffer_Type_F64;
+    case DType::Complex64: return PJRT_Buffer_Type_C64;
+    case DType::Complex128: return PJRT_Buffer_Type_C128;
   }
   return PJRT_Buffer_Type_INVALID;
 }

@@ -58,9 +58,15 @@ uint16_t to_half(float f) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
 }
 
-// The element literal of a dense attribute, exact for every dtype.
+// The element literal of a dense attribute, exact for every dtype (a
+// complex one is (v, 0)).
 std::string literal(double v, DType t) {
   switch (t) {
+    case DType::Complex64:
+    case DType::Complex128: {
+      std::string part = literal(v, real_part_type(t));
+      return "(" + part + ", " + literal(0, real_part_type(t)) + ")";
+    }
     case DType::Bool: return v != 0 ? "true" : "false";
     case DType::Float64: return hex(std::bit_cast<uint64_t>(v), 16);
     case DType::Float32: return hex(std::bit_cast<uint32_t>(static_cast<float>(v)), 8);
@@ -160,6 +166,10 @@ bool is_permutation(const std::vector<int64_t>& p, int64_t rank) {
 bool is_float(DType t) {
   return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;
 }
+bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
+DType real_part_type(DType t) {
+  return t == DType::Complex64 ? DType::Float32 : t == DType::Complex128 ? DType::Float64 : t;
+}
 bool is_signed_int(DType t) { return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64; }
 
 size_t byte_size(DType t) {
@@ -173,7 +183,9 @@ size_t byte_size(DType t) {
     case DType::Int32:
     case DType::Float32: return 4;
     case DType::Int64:
-    case DType::Float64: return 8;
+    case DType::Float64:
+    case DType::Complex64: return 8;
+    case DType::Complex128: return 16;
   }
   return 0;
 }
@@ -190,6 +202,8 @@ std::string mlir_name(DType t) {
     case DType::BFloat16: return "bf16";
     case DType::Float32: return "f32";
     case DType::Float64: return "f64";
+    case DType::Complex64: return "complex<f32>";
+    case DType::Complex128: return "complex<f64>";
   }
   return "?";
 }
@@ -271,7 +285,7 @@ Value Builder::constant(double v, const TensorType& type) {
 }
 
 Value Builder::constant_int(int64_t v, const TensorType& type) {
-  if (is_float(type.dtype)) return constant(static_cast<double>(v), type);
+  if (is_float(type.dtype) || is_complex(type.dtype)) return constant(static_cast<double>(v), type);
   std::string lit = type.dtype == DType::Bool    ? (v ? "true" : "false")
                     : type.dtype == DType::UInt8 ? std::to_string(static_cast<uint8_t>(v))
                                                  : std::to_string(v);
@@ -288,12 +302,19 @@ Value Builder::iota(const TensorType& type, int64_t dimension) {
 Value Builder::unary(Unary op, const Value& x) {
   const std::string name = unary_name(op);
   bool float_only = op != Unary::Abs && op != Unary::Negate && op != Unary::Sign && op != Unary::Not;
-  if (float_only && !is_float(x.dtype())) refuse(name, "needs a floating-point operand", {x});
-  if (op == Unary::Not && is_float(x.dtype())) refuse(name, "needs a boolean or integer operand", {x});
+  if (float_only && !is_float(x.dtype()) && !is_complex(x.dtype()))
+    refuse(name, "needs a floating-point or complex operand", {x});
+  if (op == Unary::Not && (is_float(x.dtype()) || is_complex(x.dtype())))
+    refuse(name, "needs a boolean or integer operand", {x});
+  const bool real_only = op == Unary::Floor || op == Unary::Ceil || op == Unary::RoundNearestEven ||
+                         op == Unary::RoundNearestAfz || op == Unary::IsFinite || op == Unary::Erf ||
+                         op == Unary::ErfInv || op == Unary::Lgamma || op == Unary::Digamma;
+  if (real_only && is_complex(x.dtype())) refuse(name, "needs a real operand", {x});
   if ((op == Unary::Abs || op == Unary::Negate || op == Unary::Sign) && x.dtype() == DType::Bool)
     refuse(name, "does not take a boolean operand", {x});
   TensorType result = x.type;
   if (op == Unary::IsFinite) result.dtype = DType::Bool;
+  if (op == Unary::Abs) result.dtype = real_part_type(x.dtype());  // |a + bi| is real
   return emit(name, {x}, "", result);
 }
 
@@ -302,7 +323,10 @@ Value Builder::binary(Binary op, const Value& a, const Value& b) {
   require_same_type(name, {a, b});
   bool logical = op == Binary::And || op == Binary::Or || op == Binary::Xor;
   bool shift = op == Binary::ShiftLeft || op == Binary::ShiftRightArithmetic || op == Binary::ShiftRightLogical;
-  if ((logical || shift) && is_float(a.dtype())) refuse(name, "needs boolean or integer operands", {a, b});
+  if ((logical || shift) && (is_float(a.dtype()) || is_complex(a.dtype())))
+    refuse(name, "needs boolean or integer operands", {a, b});
+  if (is_complex(a.dtype()) && (op == Binary::Maximum || op == Binary::Minimum || op == Binary::Remainder))
+    refuse(name, "needs real operands: complex numbers are not ordered", {a, b});
   const bool float_only =
       op == Binary::Atan2 || op == Binary::NextAfter || op == Binary::Polygamma || op == Binary::Zeta;
   if (float_only && !is_float(a.dtype())) refuse(name, "needs floating-point operands", {a, b});
@@ -311,7 +335,11 @@ Value Builder::binary(Binary op, const Value& a, const Value& b) {
 
 Value Builder::compare(Compare dir, const Value& a, const Value& b) {
   require_same_type("compare", {a, b});
-  const char* kind = is_float(a.dtype()) ? "FLOAT" : is_signed_int(a.dtype()) ? "SIGNED" : "UNSIGNED";
+  if (is_complex(a.dtype()) && dir != Compare::EQ && dir != Compare::NE)
+    refuse("compare", "complex numbers are not ordered", {a, b});
+  const char* kind = is_float(a.dtype()) || is_complex(a.dtype()) ? "FLOAT"
+                     : is_signed_int(a.dtype())                   ? "SIGNED"
+                                                                  : "UNSIGNED";
   std::string attrs = std::string("comparison_direction = #stablehlo<comparison_direction ") + compare_name(dir) +
                       ">, compare_type = #stablehlo<comparison_type " + kind + ">";
   return emit("compare", {a, b}, attrs, {DType::Bool, a.shape()});
@@ -332,11 +360,36 @@ Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
 }
 
 Value Builder::convert(const Value& x, DType to) {
+  if (x.dtype() == to) return x;
+  // XLA converts neither complex to real nor integers to complex: through the parts.
+  if (is_complex(x.dtype()) && !is_complex(to)) return convert(real(x), to);
+  if (is_complex(to) && !is_complex(x.dtype())) {
+    const DType part = real_part_type(to);
+    return complex(convert(x, part), constant(0, {part, x.shape()}));
+  }
   // bool -> float as a select: XLA rewrites convert(pred) * c into
   // select(pred, c, 0), so false * inf (or false / 0) gave 0 instead of NaN.
   if (x.dtype() == DType::Bool && is_float(to))
     return select(x, constant(1, {to, x.shape()}), constant(0, {to, x.shape()}));
   return emit("convert", {x}, "", {to, x.shape()});
+}
+
+Value Builder::real(const Value& x) {
+  if (!is_complex(x.dtype())) return x;
+  return emit("real", {x}, "", {real_part_type(x.dtype()), x.shape()});
+}
+
+Value Builder::imag(const Value& x) {
+  if (!is_complex(x.dtype())) return constant(0, x.type);
+  return emit("imag", {x}, "", {real_part_type(x.dtype()), x.shape()});
+}
+
+Value Builder::complex(const Value& re, const Value& im) {
+  require_same_type("complex", {re, im});
+  if (re.dtype() != DType::Float32 && re.dtype() != DType::Float64)
+    refuse("complex", "the parts must be float32 or float64", {re, im});
+  return emit("complex", {re, im}, "",
+              {re.dtype() == DType::Float32 ? DType::Complex64 : DType::Complex128, re.shape()});
 }
 
 Value Builder::bitcast_convert(const Value& x, const TensorType& to) {
@@ -1033,10 +1086,10 @@ Value Builder::constant_array_int(const std::vector<int64_t>& values, const Tens
   std::vector<std::string> literals;
   literals.reserve(values.size());
   for (int64_t v : values)
-    literals.push_back(is_float(type.dtype)         ? literal(static_cast<double>(v), type.dtype)
-                       : type.dtype == DType::Bool  ? (v ? "true" : "false")
-                       : type.dtype == DType::UInt8 ? std::to_string(static_cast<uint8_t>(v))
-                                                    : std::to_string(v));
+    literals.push_back(is_float(type.dtype) || is_complex(type.dtype) ? literal(static_cast<double>(v), type.dtype)
+                       : type.dtype == DType::Bool                    ? (v ? "true" : "false")
+                       : type.dtype == DType::UInt8                   ? std::to_string(static_cast<uint8_t>(v))
+                                                                      : std::to_string(v));
   return constant_elements(literals, type);
 }
 

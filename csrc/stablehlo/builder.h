@@ -13,9 +13,12 @@
 
 namespace torch_tpu::stablehlo {
 
-enum class DType { Bool, Int8, Int16, Int32, Int64, UInt8, Float16, BFloat16, Float32, Float64 };
+enum class DType { Bool, Int8, Int16, Int32, Int64, UInt8, Float16, BFloat16, Float32, Float64, Complex64, Complex128 };
 
-bool is_float(DType t);
+bool is_float(DType t);  // real floating point (not complex)
+bool is_complex(DType t);
+// The real type of a complex one's parts (complex64 -> float32); the dtype itself otherwise.
+DType real_part_type(DType t);
 bool is_signed_int(DType t);
 size_t byte_size(DType t);
 std::string mlir_name(DType t);  // "f32", "i1", "ui8", ...
@@ -159,7 +162,12 @@ class Builder {
   Value compare(Compare dir, const Value& a, const Value& b);
   Value select(const Value& pred, const Value& on_true, const Value& on_false);
   Value clamp(const Value& lo, const Value& x, const Value& hi);
+  // A complex value converted to a real dtype keeps its real part (as PyTorch's casts do).
   Value convert(const Value& x, DType to);
+  // The parts of a complex value, and a complex value from its parts.
+  Value real(const Value& x);
+  Value imag(const Value& x);
+  Value complex(const Value& re, const Value& im);
   Value bitcast_convert(const Value& x, const TensorType& to);
 
   Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int64_t>& dims);

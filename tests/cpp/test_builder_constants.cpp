@@ -1,5 +1,7 @@
 // Constants of given elements: the literal text (exact, nested by the shape)
 // and the values the plugin reads back.
+#include <cmath>
+
 #include "plugin_fixture.h"
 
 namespace torch_tpu {
@@ -37,6 +39,26 @@ TEST(BuilderConstants, ArrayRunsThroughThePlugin) {
   EXPECT_EQ(as<float>(out[0]), (std::vector<float>{0.1f, 1e-30f, -2.5f, 3, 1e30f, -0.0f}));
   EXPECT_EQ(as<int64_t>(out[1]), (std::vector<int64_t>{-3, 0, 1LL << 40}));
   EXPECT_EQ(as<double>(out[2]), (std::vector<double>{1, 2, 3, 4}));
+}
+
+// Complex values: (re, im) literals, converts through the parts (XLA has no
+// complex -> real convert), and the parts back as float32.
+TEST(BuilderConstants, ComplexRunsThroughThePlugin) {
+  Builder b;
+  const TensorType f32x3{DType::Float32, {3}};
+  Value x = b.parameter(f32x3);
+  Value z = b.binary(stablehlo::Binary::Multiply, b.convert(x, DType::Complex64),
+                     b.complex(b.constant(2, f32x3), b.constant(-1, f32x3)));  // x * (2 - i)
+  Value one = b.constant_int(1, {DType::Complex64, {3}});
+  Value w = b.binary(stablehlo::Binary::Add, z, one);
+  auto out = run_all(b, {b.real(w), b.imag(w), b.convert(w, DType::Float32), b.unary(stablehlo::Unary::Abs, z)}, f32x3,
+                     {1, -2, 0.5});
+  EXPECT_EQ(as<float>(out[0]), (std::vector<float>{3, -3, 2}));
+  EXPECT_EQ(as<float>(out[1]), (std::vector<float>{-1, 2, -0.5}));
+  EXPECT_EQ(as<float>(out[2]), (std::vector<float>{3, -3, 2}));
+  EXPECT_NEAR(as<float>(out[3])[0], std::sqrt(5.0f), 1e-6);
+  EXPECT_THROW(b.compare(stablehlo::Compare::LT, z, z), std::invalid_argument);
+  EXPECT_THROW(b.binary(stablehlo::Binary::Maximum, z, z), std::invalid_argument);
 }
 
 TEST(BuilderConstants, ArrayOfTheWrongLengthIsRefused) {

@@ -1,0 +1,81 @@
+// Complex numbers: which rules take complex values, and the ops only complex
+// numbers need. A rule not listed here never sees a complex value: the op
+// runs on the CPU fallback instead (or raises with TORCH_TPU_FALLBACK=error),
+// so a rule written for real numbers cannot give a silent wrong answer.
+#include <cmath>
+#include <set>
+
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::Binary;
+using stablehlo::Unary;
+
+// conj_physical: a + bi -> a - bi (real values are their own conjugate).
+std::vector<Value> conj_physical(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  if (!stablehlo::is_complex(x.dtype())) return {x};
+  return {c.b.complex(c.b.real(x), c.b.unary(Unary::Negate, c.b.imag(x)))};
+}
+
+// complex(real, imag).
+std::vector<Value> complex(LoweringContext& c) {
+  const TensorType part{stablehlo::real_part_type(c.out().dtype), c.out().shape};
+  return {c.b.complex(c.value_as(0, part), c.value_as(1, part))};
+}
+
+// polar(abs, angle) = abs * (cos(angle) + i sin(angle)).
+std::vector<Value> polar(LoweringContext& c) {
+  const TensorType part{stablehlo::real_part_type(c.out().dtype), c.out().shape};
+  Value r = c.value_as(0, part), theta = c.value_as(1, part);
+  return {c.b.complex(c.b.binary(Binary::Multiply, r, c.b.unary(Unary::Cos, theta)),
+                      c.b.binary(Binary::Multiply, r, c.b.unary(Unary::Sin, theta)))};
+}
+
+// angle: atan2(imag, real); for real numbers pi below zero, 0 otherwise, NaN kept.
+std::vector<Value> angle(LoweringContext& c) {
+  Value x = c.tensor(0);
+  if (stablehlo::is_complex(x.dtype())) return {c.b.binary(Binary::Atan2, c.b.imag(x), c.b.real(x))};
+  x = c.operand_as_output(0);
+  Value negative = c.b.compare(stablehlo::Compare::LT, x, c.b.constant(0, x.type));
+  Value a = c.b.select(negative, c.b.constant(M_PI, x.type), c.b.constant(0, x.type));
+  return {c.b.select(c.b.compare(stablehlo::Compare::NE, x, x), x, a)};
+}
+
+LOWERING("aten::_conj_physical", conj_physical);
+LOWERING("aten::conj_physical", conj_physical);
+LOWERING("aten::complex", complex);
+LOWERING("aten::polar", polar);
+LOWERING("aten::angle", angle);
+
+}  // namespace
+
+bool takes_complex(std::string_view op) {
+  // Each checked against CPU on complex inputs (tests/python/test_complex.py):
+  // its rule either does not care (data movement) or handles complex values.
+  static const std::set<std::string, std::less<>> ops = {
+      // the rules above
+      "aten::_conj_physical", "aten::conj_physical", "aten::complex", "aten::polar", "aten::angle",
+      // arithmetic and functions (Builder handles complex operands)
+      "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", "aten::mul.Tensor",
+      "aten::mul.Scalar", "aten::div.Tensor", "aten::div.Scalar", "aten::neg", "aten::reciprocal", "aten::exp",
+      "aten::log", "aten::log2", "aten::log10", "aten::sqrt", "aten::rsqrt", "aten::sin", "aten::cos", "aten::tan",
+      "aten::tanh", "aten::sigmoid", "aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar", "aten::pow.Scalar",
+      "aten::abs", "aten::sgn", "aten::eq.Tensor", "aten::eq.Scalar", "aten::ne.Tensor", "aten::ne.Scalar",
+      "aten::where.self", "aten::fill.Tensor", "aten::fill.Scalar", "aten::zero", "aten::rsub.Tensor",
+      "aten::rsub.Scalar", "aten::expm1", "aten::log1p", "aten::exp2", "aten::asin", "aten::acos", "aten::sinh",
+      "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::isnan", "aten::isinf",
+      // reductions and products
+      "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::prod", "aten::prod.dim_int",
+      "aten::mm", "aten::bmm", "aten::dot", "aten::vdot", "aten::addmm", "aten::baddbmm", "aten::addmv", "aten::cumsum",
+      "aten::cumprod",
+      // data movement
+      "aten::cat", "aten::flip", "aten::roll", "aten::repeat", "aten::index_select", "aten::gather",
+      "aten::index.Tensor", "aten::slice_scatter", "aten::select_scatter", "aten::masked_fill.Tensor",
+      "aten::masked_fill.Scalar", "aten::constant_pad_nd", "aten::triu", "aten::tril"};
+  return ops.count(op) > 0;
+}
+
+}  // namespace torch_tpu::lowering
