@@ -56,8 +56,9 @@ bool takes_complex(std::string_view op) {
   // Each checked against CPU on complex inputs (tests/python/test_complex.py):
   // its rule either does not care (data movement) or handles complex values.
   static const std::set<std::string, std::less<>> ops = {
-      // the rules above
-      "aten::_conj_physical", "aten::conj_physical", "aten::complex", "aten::polar", "aten::angle",
+      // the rules above, and the Fourier transforms (fft.cpp)
+      "aten::_conj_physical", "aten::conj_physical", "aten::complex", "aten::polar", "aten::angle", "aten::_fft_c2c",
+      "aten::_fft_r2c", "aten::_fft_c2r",
       // arithmetic and functions (Builder handles complex operands)
       "aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", "aten::mul.Tensor",
       "aten::mul.Scalar", "aten::div.Tensor", "aten::div.Scalar", "aten::neg", "aten::reciprocal", "aten::exp",

@@ -374,6 +374,26 @@ Value Builder::convert(const Value& x, DType to) {
   return emit("convert", {x}, "", {to, x.shape()});
 }
 
+Value Builder::fft(const Value& x, FftType type, const std::vector<int64_t>& length) {
+  const auto n = static_cast<int64_t>(length.size());
+  if (n < 1 || n > 3 || n > x.rank()) refuse("fft", "transforms 1 to 3 innermost dimensions", {x});
+  const bool real_in = type == FftType::RFFT;
+  if (real_in ? !is_float(x.dtype()) : !is_complex(x.dtype()))
+    refuse("fft", real_in ? "RFFT needs a real operand" : "needs a complex operand", {x});
+  TensorType result = x.type;
+  const int64_t last = x.rank() - 1;
+  if (type == FftType::RFFT) {
+    result.dtype = x.dtype() == DType::Float64 ? DType::Complex128 : DType::Complex64;
+    result.shape[last] = length.back() / 2 + 1;
+  } else if (type == FftType::IRFFT) {
+    result.dtype = real_part_type(x.dtype());
+    result.shape[last] = length.back();
+  }
+  const char* kind = type == FftType::FFT ? "FFT" : type == FftType::IFFT ? "IFFT" : real_in ? "RFFT" : "IRFFT";
+  return emit("fft", {x},
+              std::string("fft_type = #stablehlo<fft_type ") + kind + ">, fft_length = " + i64_array(length), result);
+}
+
 Value Builder::real(const Value& x) {
   if (!is_complex(x.dtype())) return x;
   return emit("real", {x}, "", {real_part_type(x.dtype()), x.shape()});

@@ -104,6 +104,9 @@ enum class Binary {
 };
 enum class Compare { EQ, NE, LT, LE, GT, GE };
 
+// stablehlo.fft's kinds. IFFT and IRFFT divide by the signal's size, as numpy does.
+enum class FftType { FFT, IFFT, RFFT, IRFFT };
+
 // The dimension numbers of stablehlo.gather (see the StableHLO spec).
 struct GatherDims {
   std::vector<int64_t> offset_dims;
@@ -164,6 +167,9 @@ class Builder {
   Value clamp(const Value& lo, const Value& x, const Value& hi);
   // A complex value converted to a real dtype keeps its real part (as PyTorch's casts do).
   Value convert(const Value& x, DType to);
+  // The discrete Fourier transform over the innermost `length.size()` (1 to 3)
+  // dimensions, of signal sizes `length` (RFFT: the real input's; IRFFT: the real output's).
+  Value fft(const Value& x, FftType type, const std::vector<int64_t>& length);
   // The parts of a complex value, and a complex value from its parts.
   Value real(const Value& x);
   Value imag(const Value& x);

@@ -163,3 +163,26 @@ def test_ops_without_complex_rules_fall_back_or_raise():
     close(torch.linalg.vector_norm(t), torch.linalg.vector_norm(c))  # on the CPU fallback
     with torch_tpu.set_fallback("error"), pytest.raises(RuntimeError, match="no rule for complex values"):
         torch.linalg.vector_norm(t)
+
+
+FFT = {
+    "fft": lambda t: torch.fft.fft(t),
+    "fft_dim1_n5": lambda t: torch.fft.fft(t, n=5, dim=1),
+    "ifft_ortho": lambda t: torch.fft.ifft(t, norm="ortho"),
+    "fft2": lambda t: torch.fft.fft2(t),
+    "fftn_forward_4d": lambda t: torch.fft.fftn(t.reshape(2, 2, 6, 8), norm="forward"),  # 4 dims: one at a time
+    "rfft": lambda t: torch.fft.rfft(t.real),
+    "irfft_odd": lambda t: torch.fft.irfft(torch.fft.rfft(t.real[..., :7]), n=7),
+    "rfft2": lambda t: torch.fft.rfft2(t.real),
+    "irfftn": lambda t: torch.fft.irfftn(torch.fft.rfftn(t.real), s=t.shape),
+    "hfft": lambda t: torch.fft.hfft(t),
+    "ihfft": lambda t: torch.fft.ihfft(t.real),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FFT))
+def test_fft_matches_cpu_natively(name):
+    c, t = pair(4, 6, 8)
+    with torch_tpu.set_fallback("error"):
+        out = FFT[name](t)
+    close(out, FFT[name](c), rtol=1e-4, atol=1e-4)
