@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string_view>
+#include <typeinfo>
 
 namespace torch_tpu::aten {
 namespace {
@@ -116,11 +117,13 @@ std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const 
       return {};  // no CPU kernel after all
     if (pointwise || trusted(e)) throw;
     return {};
-  } catch (const std::exception&) {
-    // Not one of PyTorch's checks: a library under a CPU kernel refusing the
-    // stand-in itself (oneDNN's bfloat16 convolution on CPUs with
-    // avx512_bf16 rejects a size-1 stand-in whose padding exceeds it).
-    return {};
+  } catch (const std::exception& e) {
+    // oneDNN (dnnl::error) refusing the stand-in itself is not one of
+    // PyTorch's checks: its bfloat16 convolution on CPUs with avx512_bf16
+    // rejects a size-1 stand-in whose padding exceeds it. Other exceptions
+    // are (a Scalar that overflows the dtype: std::runtime_error).
+    if (std::string_view(typeid(e).name()).find("dnnl") != std::string_view::npos) return {};
+    throw;
   }
   std::vector<at::ScalarType> dtypes;
   for (const auto& r : stack)

@@ -70,12 +70,15 @@ bool takes_complex(std::string_view op) {
       "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::isnan", "aten::isinf",
       // reductions and products
       "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::prod", "aten::prod.dim_int",
-      "aten::mm", "aten::bmm", "aten::dot", "aten::vdot", "aten::addmm", "aten::baddbmm", "aten::addmv", "aten::cumsum",
-      "aten::cumprod",
+      "aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction",
+      "aten::linalg_vector_norm", "aten::mm", "aten::bmm", "aten::dot", "aten::vdot", "aten::addmm", "aten::baddbmm",
+      "aten::addmv", "aten::cumsum", "aten::cumprod",
       // data movement
       "aten::cat", "aten::flip", "aten::roll", "aten::repeat", "aten::index_select", "aten::gather",
       "aten::index.Tensor", "aten::slice_scatter", "aten::select_scatter", "aten::masked_fill.Tensor",
-      "aten::masked_fill.Scalar", "aten::constant_pad_nd", "aten::triu", "aten::tril"};
+      "aten::masked_fill.Scalar", "aten::constant_pad_nd", "aten::triu", "aten::tril", "aten::reflection_pad1d",
+      "aten::reflection_pad2d", "aten::reflection_pad3d", "aten::replication_pad1d", "aten::replication_pad2d",
+      "aten::replication_pad3d"};
   return ops.count(op) > 0;
 }
 

@@ -195,19 +195,21 @@ Value expand_back(Builder& b, const Value& r, const Shape& shape, const std::vec
 // the accumulation type. Returns (var, mean), shaped like output `k`.
 std::pair<Value, Value> var_mean_of(LoweringContext& c, size_t k) {
   const Value& x0 = c.tensor(0);
-  if (!stablehlo::is_float(x0.dtype()))
+  const bool complex = stablehlo::is_complex(x0.dtype());  // var is real: the mean of |x - mean|^2
+  if (!stablehlo::is_float(x0.dtype()) && !complex)
     throw std::invalid_argument("std and var only support floating point and complex dtypes (input " + x0.type.str() +
                                 ")");
-  DType acc = opmath_type(c.out(k).dtype);
   std::vector<int64_t> dims = reduced_dims(c, 1, x0.rank());
   int64_t count = 1;
   for (int64_t d : dims) count *= x0.shape()[d];
   double correction = c.has(2) ? c.number(2) : 1.0;
-  Value x = accumulated_input(c, 0, k);
-  Value sum = c.b.reduce(x, c.b.scalar(0, acc), dims, Binary::Add);
+  Value x = complex ? x0 : accumulated_input(c, 0, k);
+  Value sum = c.b.reduce(x, c.b.scalar(0, x.dtype()), dims, Binary::Add);
   Value mean = c.b.binary(Binary::Divide, sum, c.b.constant(static_cast<double>(count), sum.type));
   Value d = c.b.binary(Binary::Subtract, x, expand_back(c.b, mean, x.shape(), dims));
-  Value ss = c.b.reduce(c.b.binary(Binary::Multiply, d, d), c.b.scalar(0, acc), dims, Binary::Add);
+  auto square = [&](const Value& v) { return c.b.binary(Binary::Multiply, v, v); };
+  Value sq = complex ? c.b.binary(Binary::Add, square(c.b.real(d)), square(c.b.imag(d))) : square(d);
+  Value ss = c.b.reduce(sq, c.b.scalar(0, sq.dtype()), dims, Binary::Add);
   // PyTorch divides by max(0, N - correction): 0 gives inf, or nan for 0/0.
   double dof = std::max(0.0, static_cast<double>(count) - correction);
   Value var = c.b.binary(Binary::Divide, ss, c.b.constant(dof, ss.type));
@@ -301,11 +303,12 @@ std::vector<Value> nansum(LoweringContext& c) {
 // (NaN-propagating), 0 counts the nonzeros, p is (sum |x|^p)^(1/p).
 std::vector<Value> vector_norm(LoweringContext& c) {
   const Value& x0 = c.tensor(0);
-  if (!stablehlo::is_float(x0.dtype())) throw Declined("linalg_vector_norm: non-float input");
+  const bool complex = stablehlo::is_complex(x0.dtype());  // the norm of |x|
+  if (!stablehlo::is_float(x0.dtype()) && !complex) throw Declined("linalg_vector_norm: non-float input");
   DType acc = opmath_type(c.out().dtype);
   std::vector<int64_t> dims = reduced_dims(c, 2, x0.rank());
   double ord = c.has(1) ? c.number(1) : 2.0;  // norm's p=None is 2
-  Value x = accumulated_input(c, 0);
+  Value x = complex ? c.b.cast(c.b.unary(Unary::Abs, x0), acc) : accumulated_input(c, 0);
   Value a = c.b.unary(Unary::Abs, x);
   Value r;
   if (std::isinf(ord)) {
