@@ -72,7 +72,7 @@ def test_unary_matches_cpu_natively(name):
     with torch_tpu.set_fallback("error"):
         out = UNARY[name](t)
     expected = UNARY[name](c)
-    for o, e in zip(out, expected) if isinstance(out, tuple) else [(out, expected)]:
+    for o, e in zip(out, expected, strict=True) if isinstance(out, tuple) else [(out, expected)]:
         close(o, e, rtol=1e-5, atol=1e-5)
 
 
