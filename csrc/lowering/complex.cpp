@@ -67,16 +67,20 @@ bool takes_complex(std::string_view op) {
       "aten::abs", "aten::sgn", "aten::eq.Tensor", "aten::eq.Scalar", "aten::ne.Tensor", "aten::ne.Scalar",
       "aten::where.self", "aten::fill.Tensor", "aten::fill.Scalar", "aten::zero", "aten::rsub.Tensor",
       "aten::rsub.Scalar", "aten::expm1", "aten::log1p", "aten::exp2", "aten::asin", "aten::acos", "aten::sinh",
-      "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::isnan", "aten::isinf",
+      "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::isnan", "aten::isinf", "aten::addcmul",
+      "aten::addcdiv", "aten::logical_and", "aten::logical_or", "aten::logical_xor", "aten::logical_not",
+      "aten::eye.m_out", "aten::eye.out",
       // reductions and products
       "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::prod", "aten::prod.dim_int",
       "aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction",
       "aten::linalg_vector_norm", "aten::mm", "aten::bmm", "aten::dot", "aten::vdot", "aten::addmm", "aten::baddbmm",
-      "aten::addmv", "aten::cumsum", "aten::cumprod",
+      "aten::addmv", "aten::addr", "aten::cumsum", "aten::cumprod",
       // data movement
       "aten::cat", "aten::flip", "aten::roll", "aten::repeat", "aten::index_select", "aten::gather",
       "aten::index.Tensor", "aten::slice_scatter", "aten::select_scatter", "aten::masked_fill.Tensor",
-      "aten::masked_fill.Scalar", "aten::constant_pad_nd", "aten::triu", "aten::tril", "aten::reflection_pad1d",
+      "aten::masked_fill.Scalar", "aten::index_put", "aten::_index_put_impl", "aten::index_copy", "aten::index_add",
+      "aten::index_fill.int_Scalar", "aten::index_fill.int_Tensor", "aten::scatter.src", "aten::scatter.value",
+      "aten::scatter_add", "aten::take", "aten::constant_pad_nd", "aten::triu", "aten::tril", "aten::reflection_pad1d",
       "aten::reflection_pad2d", "aten::reflection_pad3d", "aten::replication_pad1d", "aten::replication_pad2d",
       "aten::replication_pad3d"};
   return ops.count(op) > 0;
