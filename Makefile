@@ -44,14 +44,15 @@ test-python: build
 
 # The Python suite again in Fused mode: every op recorded and run in fused windows
 # (OpInfo: float32, 2 samples each; the lowering rules are the same as in Strict mode).
-# Left out: what runs every mode itself (test_hf.py, the semantics tests), the
-# disk cache's subprocesses (test_cache; test_fused loads fused windows from
-# disk), compiled graphs (test_compile: the eager mode does not change them) and
-# the distributed tests (thread ranks, torchrun): `make distributed` runs those.
+# Left out: what runs every mode itself (test_hf.py, the semantics tests),
+# ModuleInfo (its modules' ops are the OpInfo ones run here), the disk cache's
+# subprocesses (test_cache; test_fused loads fused windows from disk), compiled
+# graphs (test_compile: the eager mode does not change them) and the
+# distributed tests (thread ranks, torchrun): `make distributed` runs those.
 test-fused: build
 	TORCH_TPU_EAGER_MODE=fused TORCH_TPU_OPINFO_DTYPES=float32 TORCH_TPU_OPINFO_SAMPLES=2 $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
 	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py \
-	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_compile.py \
+	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_compile.py --ignore=tests/python/test_modules.py \
 	  --ignore=tests/python/test_distributed.py --ignore=tests/python/test_torchrun.py
 
 test: test-cpp test-debug test-python test-fused
@@ -75,7 +76,8 @@ semantics: build
 # Not in `make test`: every sample of every OpInfo in float32, bfloat16, int64
 # and complex64 (the README's conformance table; build/opinfo_summary.json).
 opinfo: build
-	TORCH_TPU_OPINFO_SAMPLES=all $(PY) -m pytest -q -p no:warnings --tb=no tests/python/test_opinfo.py
+	TORCH_TPU_OPINFO_SAMPLES=all TORCH_TPU_MODULEINFO_SAMPLES=all $(PY) -m pytest -q -p no:warnings --tb=no \
+	  tests/python/test_opinfo.py tests/python/test_modules.py
 
 bench: build
 	$(PY) benchmarks/dispatch.py

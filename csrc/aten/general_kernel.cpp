@@ -478,6 +478,13 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i)
     if (!skip || !(*skip)[i]) stack.push_back(to_meta(args[i]));
+  // PyTorch 2.13's meta kernel of _thnn_fused_lstm_cell reads .device of its
+  // optional biases (nn.LSTM(bias=False) fails in it): it sees zero biases of
+  // their shape, which change no output shape.
+  if (op.operator_name().name == "aten::_thnn_fused_lstm_cell" && stack.size() == 5)
+    for (size_t i = 3; i < 5; ++i)
+      if (stack[i].isNone() || (stack[i].isTensor() && !stack[i].toTensor().defined()))
+        stack[i] = at::zeros({stack[0].toTensor().size(1)}, stack[0].toTensor().options());
   op.callBoxed(stack);
   std::vector<TensorType> types;
   for (const auto& r : stack) {
@@ -582,7 +589,10 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   // runs too (e.g. "output with shape [...] doesn't match the broadcast shape").
   std::vector<TensorType> outs;
   std::vector<std::vector<int64_t>> strides;  // of each output, as PyTorch lays it out
-  const bool probe = plan.overwritten < 0;    // not for random ops: CPU's kernel wants a CPU generator
+  // Not for random ops (CPU's kernel wants a CPU generator), nor batch norm's
+  // backward: it takes the float32 statistics a bfloat16 forward saves, as on
+  // CUDA (CPU saves bfloat16 ones and refuses float32).
+  const bool probe = plan.overwritten < 0 && plan.name != "aten::native_batch_norm_backward";
   try {
     if (plan.functional) {
       bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();

@@ -15,6 +15,28 @@ Value mul(LoweringContext& c, const Value& a, const Value& b) { return c.b.binar
 Value add(LoweringContext& c, const Value& a, const Value& b) { return c.b.binary(Binary::Add, a, b); }
 Value sub(LoweringContext& c, const Value& a, const Value& b) { return c.b.binary(Binary::Subtract, a, b); }
 
+// hardshrink(self, lambd): 0 inside [-lambd, lambd], x outside (NaN stays).
+// softshrink(self, lambd): x shrunk toward 0 by lambd, 0 inside (NaN * 0 stays NaN).
+// Their backwards pass the gradient outside the band.
+Value inside_band(LoweringContext& c, const Value& x, size_t lambd_at) {
+  Value l = c.value_as(lambd_at, x.type);
+  return c.b.binary(Binary::And, c.b.compare(Compare::GE, x, c.b.unary(Unary::Negate, l)),
+                    c.b.compare(Compare::LE, x, l));
+}
+std::vector<Value> hardshrink(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  return {c.b.select(inside_band(c, x, 1), k(c, 0), x)};
+}
+std::vector<Value> softshrink(LoweringContext& c) {
+  Value x = c.operand_as_output(0), l = c.value_as(1, x.type);
+  Value r = c.b.select(c.b.compare(Compare::LT, x, c.b.unary(Unary::Negate, l)), add(c, x, l), mul(c, x, k(c, 0)));
+  return {c.b.select(c.b.compare(Compare::GT, x, l), sub(c, x, l), r)};
+}
+std::vector<Value> shrink_backward(LoweringContext& c) {
+  Value g = c.operand_as_output(0), x = c.value_as(1, c.out());
+  return {c.b.select(inside_band(c, x, 2), k(c, 0), g)};
+}
+
 // leaky_relu(self, negative_slope)
 std::vector<Value> leaky_relu(LoweringContext& c) {
   Value x = c.operand_as_output(0);
@@ -251,6 +273,10 @@ LOWERING("aten::gelu_backward", in_float32(gelu_backward));
 LOWERING("aten::silu", in_float32(silu));
 LOWERING("aten::silu_backward", in_float32(silu_backward));
 LOWERING("aten::hardtanh", hardtanh);
+LOWERING("aten::hardshrink", hardshrink);
+LOWERING("aten::softshrink", softshrink);
+LOWERING("aten::hardshrink_backward", shrink_backward);
+LOWERING("aten::softshrink_backward", shrink_backward);
 LOWERING("aten::hardtanh_backward", hardtanh_backward);
 LOWERING("aten::elu", in_float32(elu));
 LOWERING("aten::softplus", in_float32(softplus));
