@@ -68,7 +68,8 @@ def pytest_terminal_summary(terminalreporter):
     if module is not None and any(s["passed"] or s["failed"] or s["uncovered"] for s in module.SUMMARY.values()):
         for line in module.pytest_sessionfinish_summary().splitlines():
             terminalreporter.write_line(line)
-    modules = sys.modules.get("test_modules")
-    if modules is not None:
-        for line in modules.summary_lines():
-            terminalreporter.write_line(line)
+    for name in ("test_modules", "test_census"):
+        module = sys.modules.get(name)
+        if module is not None:
+            for line in module.summary_lines():
+                terminalreporter.write_line(line)
