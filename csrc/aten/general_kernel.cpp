@@ -100,26 +100,41 @@ std::vector<std::string> argument_names(const c10::FunctionSchema& s, bool skip_
 std::optional<c10::OperatorHandle> functional_counterpart(const c10::FunctionSchema& s) {
   auto& dispatcher = c10::Dispatcher::singleton();
   const std::string& name = s.name();
-  if (s.is_mutable() && !name.empty() && name.back() == '_' && s.returns().size() <= 1) {
-    auto op = dispatcher.findOp({name.substr(0, name.size() - 1), s.overload_name()});
-    if (!op || !lowering::find_rule(full_name(op->operator_name()))) return std::nullopt;
-    // Same arguments, same types: pow_.Scalar(Tensor self, Scalar exponent)
-    // is not pow.Scalar(Scalar self, Tensor exponent).
-    const auto& fa = op->schema().arguments();
-    if (fa.size() != s.arguments().size()) return std::nullopt;
-    for (size_t i = 0; i < fa.size(); ++i)
-      if (fa[i].name() != s.arguments()[i].name() || *fa[i].type() != *s.arguments()[i].type()) return std::nullopt;
-    return op;
-  }
-  bool has_out = false;
-  for (const auto& a : s.arguments()) has_out |= a.is_out();
-  if (!has_out) return std::nullopt;
   // Overloads by op name, indexed once.
   static const auto overloads = [&] {
     std::unordered_map<std::string, std::vector<c10::OperatorName>> index;
     for (const auto& n : dispatcher.getAllOpNames()) index[n.name].push_back(n);
     return index;
   }();
+  if (s.is_mutable() && !name.empty() && name.back() == '_' && s.returns().size() <= 1) {
+    // add_ -> add; __iand__ -> __and__. The overload with the same arguments
+    // (names and types): pow_.Scalar(Tensor self, Scalar exponent) is
+    // pow.Tensor_Scalar, not pow.Scalar(Scalar self, Tensor exponent).
+    const bool dunder = name.rfind("aten::__i", 0) == 0 && name.size() > 11 && name.substr(name.size() - 2) == "__";
+    const std::string base = dunder ? "aten::__" + name.substr(9) : name.substr(0, name.size() - 1);
+    auto it = overloads.find(base);
+    if (it == overloads.end()) return std::nullopt;
+    const auto& args = s.arguments();
+    auto same_arguments = [&](const c10::OperatorHandle& op) {
+      const auto& fa = op.schema().arguments();
+      if (fa.size() != args.size()) return false;
+      for (size_t i = 0; i < fa.size(); ++i)
+        if (fa[i].name() != args[i].name() || *fa[i].type() != *args[i].type()) return false;
+      return true;
+    };
+    std::vector<c10::OperatorName> candidates = it->second;  // the same overload name first
+    std::stable_partition(candidates.begin(), candidates.end(),
+                          [&](const c10::OperatorName& n) { return n.overload_name == s.overload_name(); });
+    for (const auto& candidate : candidates) {
+      if (!lowering::find_rule(full_name(candidate))) continue;
+      auto op = dispatcher.findOp(candidate);
+      if (op && same_arguments(*op)) return op;
+    }
+    return std::nullopt;
+  }
+  bool has_out = false;
+  for (const auto& a : s.arguments()) has_out |= a.is_out();
+  if (!has_out) return std::nullopt;
   auto it = overloads.find(name);
   if (it == overloads.end()) return std::nullopt;
   auto wanted = argument_names(s, true);

@@ -249,6 +249,36 @@ std::vector<Value> xlogy(LoweringContext& c) {
   return {c.b.select(c.b.compare(stablehlo::Compare::NE, y, y), y, r)};
 }
 
+// special_xlog1py(self, other): x log1p(y); 0 where x == 0 unless y is NaN.
+std::vector<Value> xlog1py(LoweringContext& c) {
+  Value x = c.operand_as_output(0), y = c.operand_as_output(1), zero = c.b.constant(0, c.out());
+  Value r = c.b.binary(Binary::Multiply, x, c.b.unary(Unary::Log1p, y));
+  r = c.b.select(c.b.compare(stablehlo::Compare::EQ, x, zero), zero, r);
+  return {c.b.select(c.b.compare(stablehlo::Compare::NE, y, y), y, r)};
+}
+
+// special_entr(self): -x log(x) for x > 0, 0 at 0, -inf below 0, NaN kept.
+std::vector<Value> entr(LoweringContext& c) {
+  Value x = c.operand_as_output(0);
+  auto k = [&](double v) { return c.b.constant(v, x.type); };
+  Value r = c.b.unary(Unary::Negate, c.b.binary(Binary::Multiply, x, c.b.unary(Unary::Log, x)));
+  r = c.b.select(c.b.compare(stablehlo::Compare::EQ, x, k(0)), k(0), r);
+  r = c.b.select(c.b.compare(stablehlo::Compare::LT, x, k(0)), k(-INFINITY), r);
+  return {c.b.select(c.b.compare(stablehlo::Compare::NE, x, x), x, r)};
+}
+
+// signbit(self): the sign bit, so -0.0 and -NaN count (floats read as integers).
+std::vector<Value> signbit(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  if (x.dtype() == DType::Bool || x.dtype() == DType::UInt8) return {c.b.constant(0, c.out())};
+  if (!stablehlo::is_float(x.dtype())) return {c.b.compare(stablehlo::Compare::LT, x, c.b.constant(0, x.type))};
+  const DType bits = stablehlo::byte_size(x.dtype()) == 8   ? DType::Int64
+                     : stablehlo::byte_size(x.dtype()) == 4 ? DType::Int32
+                                                            : DType::Int16;
+  Value i = c.b.bitcast_convert(x, {bits, x.shape()});
+  return {c.b.compare(stablehlo::Compare::LT, i, c.b.constant_int(0, i.type))};
+}
+
 // _prelu_kernel(self, weight): x > 0 ? x : w x (weight already broadcastable).
 std::vector<Value> prelu(LoweringContext& c) {
   Value x = c.operand_as_output(0), w = c.operand_as_output(1);
@@ -743,6 +773,12 @@ LOWERING("aten::expm1", unary(Unary::Expm1));
 LOWERING("aten::log1p", unary(Unary::Log1p));
 LOWERING("aten::tan", unary(Unary::Tan));
 LOWERING("aten::erf", unary(Unary::Erf));
+LOWERING("aten::erfc", unary(Unary::Erfc));
+LOWERING("aten::special_xlog1py", xlog1py);
+LOWERING("aten::special_xlog1py.self_scalar", xlog1py);
+LOWERING("aten::special_xlog1py.other_scalar", xlog1py);
+LOWERING("aten::special_entr", entr);
+LOWERING("aten::signbit", signbit);
 LOWERING("aten::erfinv", unary(Unary::ErfInv));
 LOWERING("aten::lgamma", unary(Unary::Lgamma));
 LOWERING("aten::digamma", unary(Unary::Digamma));

@@ -522,6 +522,28 @@ std::vector<Value> nonzero_static(LoweringContext& c) {
   return {c.b.select(filled, c.b.constant_int(fill, out.type), out)};
 }
 
+// masked_scatter_(self, mask, source): the elements of self where mask is
+// true, in order, take source's first elements; source must hold enough.
+std::vector<Value> masked_scatter(LoweringContext& c) {
+  const TensorType& out = c.out();
+  const int64_t n = out.numel();
+  Value self = c.b.reshape(c.b.broadcast_to(c.b.cast(c.tensor(0), out.dtype), out.shape), {n});
+  Value mask = c.b.reshape(c.b.broadcast_to(c.tensor(1), out.shape), {n});
+  Value source = c.b.reshape(c.b.cast(c.tensor(2), out.dtype), {c.tensor(2).type.numel()});
+  if (n == 0) return {c.b.reshape(self, out.shape)};
+  Value taken = scan(c.b, c.b.convert(mask, DType::Int64), 0, Binary::Add, 0);  // 1-based position in source
+  const int64_t available = source.type.numel();
+  Value last = c.b.slice(taken, {n - 1}, {n}, {1});
+  c.checks.push_back(
+      {c.b.reshape(c.b.compare(stablehlo::Compare::LE, last, c.b.constant_int(available, last.type)), {}),
+       "masked_scatter: expected source to have at least as many elements as ones in mask", false});
+  if (available == 0) return {c.b.reshape(self, out.shape)};
+  Value at =
+      c.b.clamp(c.b.constant_int(0, taken.type), c.b.binary(Binary::Subtract, taken, c.b.constant_int(1, taken.type)),
+                c.b.constant_int(available - 1, taken.type));
+  return {c.b.reshape(c.b.select(mask, c.b.gather_1d(source, at), self), out.shape)};
+}
+
 }  // namespace
 
 LOWERING("aten::index_select", index_select);
@@ -546,6 +568,8 @@ LOWERING("aten::nonzero_static", nonzero_static);
 LOWERING("aten::index_put", index_put);
 LOWERING("aten::_index_put_impl", index_put);
 LOWERING("aten::masked_fill.Scalar", masked_fill);
+LOWERING("aten::masked_scatter_", masked_scatter);
+LOWERING("aten::masked_scatter", masked_scatter);
 LOWERING("aten::masked_fill.Tensor", masked_fill);
 
 }  // namespace torch_tpu::lowering

@@ -69,6 +69,10 @@ std::vector<Value> vdot(LoweringContext& c) {
 // addmm(self, mat1, mat2, *, beta, alpha) = beta * self + alpha * (mat1 @ mat2)
 std::vector<Value> addmm(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {}, {1}, {0}), 0, 3); }
 
+// addbmm(self [n, m], batch1 [b, n, k], batch2 [b, k, m], *, beta, alpha) =
+// beta * self + alpha * (sum over b of batch1[b] @ batch2[b]): one dot over b and k.
+std::vector<Value> addbmm(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {}, {0, 2}, {0, 1}), 0, 3); }
+
 // addmv(self [n], mat [n, k], vec [k], *, beta, alpha) = beta * self + alpha * (mat @ vec)
 std::vector<Value> addmv(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {}, {1}, {0}), 0, 3); }
 
@@ -278,6 +282,7 @@ LOWERING("aten::vdot", vdot);
 LOWERING("aten::addmv", addmv);
 LOWERING("aten::addr", addr);
 LOWERING("aten::baddbmm", baddbmm);
+LOWERING("aten::addbmm", addbmm);
 LOWERING("aten::linalg_cross", linalg_cross);
 LOWERING("aten::_cdist_forward", in_float32(cdist));
 LOWERING("aten::_cdist_backward", in_float32(cdist_backward));

@@ -222,11 +222,62 @@ std::vector<Value> select_scatter(LoweringContext& c) {
   return {scatter_slices(c, c.b.reshape(c.tensor(1), one), d, i, 1)};
 }
 
+// pixel_shuffle(self [*, C r r, H, W], r) -> [*, C, H r, W r] and
+// pixel_unshuffle, its inverse: a reshape, a transpose, a reshape.
+LoweringRule pixel_shuffle(bool shuffle) {
+  return [shuffle](LoweringContext& c) -> std::vector<Value> {
+    const Value& x = c.tensor(0);
+    const int64_t r = c.integer(1), n = x.rank() - 3;
+    Shape lead(x.shape().begin(), x.shape().begin() + n);
+    const int64_t ch = shuffle ? x.shape()[n] / (r * r) : x.shape()[n];
+    const int64_t h = shuffle ? x.shape()[n + 1] : x.shape()[n + 1] / r;
+    const int64_t w = shuffle ? x.shape()[n + 2] : x.shape()[n + 2] / r;
+    Shape split = lead;
+    std::vector<int64_t> perm;
+    for (int64_t d = 0; d < n; ++d) perm.push_back(d);
+    if (shuffle) {  // [*, C, r, r, H, W] -> [*, C, H, r, W, r]
+      for (int64_t v : {ch, r, r, h, w}) split.push_back(v);
+      for (int64_t d : {0, 3, 1, 4, 2}) perm.push_back(n + d);
+    } else {  // [*, C, H, r, W, r] -> [*, C, r, r, H, W]
+      for (int64_t v : {ch, h, r, w, r}) split.push_back(v);
+      for (int64_t d : {0, 2, 4, 1, 3}) perm.push_back(n + d);
+    }
+    return {c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), c.out().shape)};
+  };
+}
+
+// channel_shuffle(self [N, C, *], groups): channels regrouped as [C / g, g].
+std::vector<Value> channel_shuffle(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const int64_t g = c.integer(1);
+  Shape split{x.shape()[0], g, x.shape()[1] / g};
+  split.insert(split.end(), x.shape().begin() + 2, x.shape().end());
+  std::vector<int64_t> perm{0, 2, 1};
+  for (int64_t d = 3; d < static_cast<int64_t>(split.size()); ++d) perm.push_back(d);
+  return {c.b.reshape(c.b.transpose(c.b.reshape(x, split), perm), c.out().shape)};
+}
+
+// narrow_copy(self, dim, start, length): the slice, as a new tensor.
+std::vector<Value> narrow_copy(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  const int64_t dim = normalize_dim(c.integer(1), x.rank());
+  int64_t start = c.integer(2);
+  if (start < 0) start += x.shape()[dim];
+  std::vector<int64_t> lo(x.rank(), 0), hi(x.shape()), step(x.rank(), 1);
+  lo[dim] = start;
+  hi[dim] = start + c.integer(3);
+  return {c.b.slice(x, lo, hi, step)};
+}
+
 }  // namespace
 
 LOWERING("aten::cat", cat);
 LOWERING("aten::flip", flip);
 LOWERING("aten::roll", roll);
+LOWERING("aten::pixel_shuffle", pixel_shuffle(true));
+LOWERING("aten::pixel_unshuffle", pixel_shuffle(false));
+LOWERING("aten::channel_shuffle", channel_shuffle);
+LOWERING("aten::narrow_copy", narrow_copy);
 LOWERING("aten::triu", triangle(Compare::GE));
 LOWERING("aten::tril", triangle(Compare::LE));
 LOWERING("aten::constant_pad_nd", constant_pad_nd);

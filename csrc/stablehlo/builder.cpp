@@ -101,6 +101,7 @@ const char* unary_name(Unary op) {
     case Unary::IsFinite: return "is_finite";
     case Unary::Cbrt: return "cbrt";
     case Unary::Erf: return "chlo.erf";
+    case Unary::Erfc: return "chlo.erfc";
     case Unary::ErfInv: return "chlo.erf_inv";
     case Unary::Lgamma: return "chlo.lgamma";
     case Unary::Digamma: return "chlo.digamma";
@@ -308,7 +309,7 @@ Value Builder::unary(Unary op, const Value& x) {
     refuse(name, "needs a boolean or integer operand", {x});
   const bool real_only = op == Unary::Floor || op == Unary::Ceil || op == Unary::RoundNearestEven ||
                          op == Unary::RoundNearestAfz || op == Unary::IsFinite || op == Unary::Erf ||
-                         op == Unary::ErfInv || op == Unary::Lgamma || op == Unary::Digamma;
+                         op == Unary::Erfc || op == Unary::ErfInv || op == Unary::Lgamma || op == Unary::Digamma;
   if (real_only && is_complex(x.dtype())) refuse(name, "needs a real operand", {x});
   if ((op == Unary::Abs || op == Unary::Negate || op == Unary::Sign) && x.dtype() == DType::Bool)
     refuse(name, "does not take a boolean operand", {x});

@@ -69,6 +69,7 @@ enum class Unary {
   Cbrt,
   // CHLO ops: XLA expands them; StableHLO has no primitive for these.
   Erf,
+  Erfc,
   ErfInv,
   Lgamma,
   Digamma,

@@ -497,3 +497,25 @@ def test_cdist_every_p_and_mode():
     for mode in ("use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist", "use_mm_for_euclid_dist_if_necessary"):
         for p in (1.0, 2.0, 0.0, 3.0, float("inf"), 0.5):
             compare_fn(lambda a, b, p=p, m=mode: torch.cdist(a, b, p, m), x1, x2, tol={"atol": 1e-4, "rtol": 1e-4})
+
+
+def test_in_place_forms_of_other_overloads_run_natively():
+    """pow_.Scalar is pow.Tensor_Scalar's in-place form, __ilshift__ is __lshift__'s: lowered, not the fallback."""
+    cases = [
+        lambda x: x.pow_(2),
+        lambda x: x.pow_(torch.full_like(x, 0.5)),
+        lambda x: x.floor_divide_(torch.full_like(x, 2)),
+    ]
+    for fn in cases:
+        c, t = torch.arange(1.0, 7.0), torch.arange(1.0, 7.0, device="tpu")
+        with torch_tpu.set_fallback("error"):
+            fn(t)
+        fn(c)
+        assert_same(t, c)
+    c, t = torch.arange(6), torch.arange(6, device="tpu")
+    with torch_tpu.set_fallback("error"):
+        t <<= 2
+        t >>= 1
+    c <<= 2
+    c >>= 1
+    assert_same(t, c)
