@@ -173,8 +173,12 @@ def test_optimizer_matches_cpu(name):
             losses.append(loss.item())
         compiles.append(torch_tpu.metrics().get("compiles", 0) - before)
         assert losses[1] == pytest.approx(losses[0], rel=1e-5, abs=1e-6)
+    # Centered RMSprop divides by sqrt(E[g^2] - E[g]^2), a difference that cancels: the last-bit differences
+    # of a fused window's arithmetic (XLA:CPU's code differs by CPU: on an AVX-512 machine one element of 160
+    # ended 2.4e-5 apart after 8 steps, before and after 16108b8) grow there.
+    rtol, atol = (1e-4, 1e-5) if name == "rmsprop" else (1e-5, 1e-6)
     for a, b in zip(tpu_model.parameters(), cpu_model.parameters(), strict=True):
-        assert_same(a.detach(), b.detach(), rtol=1e-5, atol=1e-6)
+        assert_same(a.detach(), b.detach(), rtol=rtol, atol=atol)
     assert sum(compiles[4:]) == 0, f"recompiles after warm-up: {compiles}"
 
 
