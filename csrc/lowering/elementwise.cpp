@@ -720,6 +720,7 @@ LOWERING("aten::maximum", elementwise_max);
 LOWERING("aten::minimum", elementwise_min);
 LOWERING("aten::where.self", where);
 LOWERING("aten::remainder.Tensor", remainder);
+LOWERING("aten::remainder.Scalar_Tensor", remainder);
 LOWERING("aten::remainder.Scalar", remainder);
 LOWERING("aten::fmod.Tensor", binary_op(Binary::Remainder));
 LOWERING("aten::fmod.Scalar", binary_op(Binary::Remainder));

@@ -131,6 +131,19 @@ LoweringRule amax_amin(bool is_max) {
   };
 }
 
+// aminmax(self, *, dim=None, keepdim) and _aminmax(self[, dim, keepdim]) -> (min, max).
+std::vector<Value> aminmax(LoweringContext& c) {
+  const Value& x = c.tensor(0);
+  if (x.type.numel() == 0) throw Declined("aminmax of an empty tensor: CPU's error");
+  std::vector<int64_t> dims;
+  if (c.has(1) && x.rank() > 0)
+    dims.push_back(normalize_dim(c.integer(1), x.rank()));
+  else
+    for (int64_t d = 0; d < x.rank(); ++d) dims.push_back(d);
+  return {c.b.reshape(reduce_extreme(c.b, x, dims, false), c.out(0).shape),
+          c.b.reshape(reduce_extreme(c.b, x, dims, true), c.out(1).shape)};
+}
+
 // max(self) / min(self): every dimension.
 LoweringRule max_min_all(bool is_max) {
   return [is_max](LoweringContext& c) -> std::vector<Value> {
@@ -508,6 +521,9 @@ LOWERING("aten::sum", sum_all);
 LOWERING("aten::mean.dim", mean);
 LOWERING("aten::mean", mean_all);
 LOWERING("aten::amax", amax_amin(true));
+LOWERING("aten::aminmax", aminmax);
+LOWERING("aten::_aminmax", aminmax);
+LOWERING("aten::_aminmax.dim", aminmax);
 LOWERING("aten::amin", amax_amin(false));
 LOWERING("aten::max", max_min_all(true));
 LOWERING("aten::min", max_min_all(false));
