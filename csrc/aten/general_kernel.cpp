@@ -795,9 +795,9 @@ bool needs_value_check(const std::vector<c10::IValue>& args, const std::vector<b
 
 // Complex values reach only the rules written for them (lowering/complex.cpp).
 void decline_complex(const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  if (plan.takes_complex) return;
   auto complex = [](const at::Tensor& t) { return t.defined() && t.is_complex(); };
   for (const auto& v : args) {
-    if (plan.takes_complex) continue;
     bool any = v.isComplexDouble() || (v.isTensor() && complex(v.toTensor()));
     if (v.isTensorList())
       for (const at::Tensor& t : v.toTensorVector()) any |= complex(t);

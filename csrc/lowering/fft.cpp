@@ -26,17 +26,11 @@ std::vector<int64_t> to_innermost(int64_t rank, const std::vector<int64_t>& dims
   return perm;
 }
 
-std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
-  return inv;
-}
-
 // `type` over `dims` of x, with signal sizes `length` (one per dim).
 Value transform(Builder& b, const Value& x, const std::vector<int64_t>& dims, FftType type,
                 const std::vector<int64_t>& length) {
   const auto perm = to_innermost(x.rank(), dims);
-  return b.transpose(b.fft(b.transpose(x, perm), type, length), inverse(perm));
+  return b.transpose(b.fft(b.transpose(x, perm), type, length), inverse_permutation(perm));
 }
 
 // PyTorch's fft_norm_mode: 0 none, 1 by 1/sqrt(n), 2 by 1/n, for a signal of n elements.

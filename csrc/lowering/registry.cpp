@@ -50,12 +50,6 @@ std::vector<int64_t> dense_memory_order(const Shape& sizes, const std::vector<in
   return order;
 }
 
-std::vector<int64_t> inverse(const std::vector<int64_t>& perm) {
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
-  return inv;
-}
-
 Shape permuted(const Shape& sizes, const std::vector<int64_t>& order) {
   Shape out;
   for (int64_t d : order) out.push_back(sizes[d]);
@@ -279,7 +273,7 @@ Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const s
   }
   if (auto order = dense_memory_order(sizes, strides, offset, storage.type.numel()); !order.empty()) {
     Value in_memory_order = b.reshape(storage, permuted(sizes, order));
-    return b.reshape(b.transpose(in_memory_order, inverse(order)), {numel});
+    return b.reshape(b.transpose(in_memory_order, inverse_permutation(order)), {numel});
   }
   Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
   return b.reshape(b.gather_1d(storage, index), {numel});
@@ -298,6 +292,12 @@ Value strided_write(Builder& b, const Value& storage, const Value& update, const
     return b.reshape(b.transpose(b.reshape(update, sizes), order), {numel});
   Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
   return b.scatter_1d(storage, index, b.reshape(update, sizes));
+}
+
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
 }
 
 }  // namespace torch_tpu::lowering

@@ -171,6 +171,8 @@ int64_t normalize_dim(int64_t dim, int64_t rank);
 // out like PyTorch's (x.t() + 1, channels_last) is transposed to before it is
 // flattened into its storage. Empty for row-major or non-dense layouts.
 std::vector<int64_t> memory_order(const Shape& sizes, const std::vector<int64_t>& strides);
+// The permutation that undoes `perm` (inverse[perm[i]] = i): a transpose's way back.
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm);
 // Whether (sizes, strides) lay out every element exactly once, in some order of the dims.
 bool is_dense(const Shape& sizes, const std::vector<int64_t>& strides);
 

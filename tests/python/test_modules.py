@@ -18,7 +18,7 @@ import os
 
 import pytest
 import torch
-from test_opinfo import compare, missing_op, random_draws
+from test_opinfo import classify, compare, random_draws, tally
 from torch.testing._internal.common_modules import module_db
 
 import torch_tpu
@@ -127,14 +127,8 @@ def run_samples(module_info, dtype):
                 compare(flat, rounded, tolerance=TOLERANCE[dtype])
                 summary["passed_against_float32"] += 1
             passed += 1
-        except (NotImplementedError, TypeError, RuntimeError) as e:
-            op = missing_op(e)
-            if op is None:
-                failures.append(f"sample {i}: {type(e).__name__}: {str(e)[:300]}")
-            else:
-                uncovered.append(op)
         except Exception as e:
-            failures.append(f"sample {i}: {type(e).__name__}: {str(e)[:300]}")
+            classify(e, i, failures, uncovered)
     return passed, failures, uncovered
 
 
@@ -147,11 +141,7 @@ CASES = [(d, m) for d in SAMPLES for m in module_db if torch.float32 in m.dtypes
 def test_module(dtype, module_info):
     passed, failures, uncovered = run_samples(module_info, dtype)
     summary = SUMMARY[dtype]
-    summary["passed"] += passed
-    summary["failed"] += len(failures)
-    summary["uncovered"] += len(uncovered)
-    for op in uncovered:
-        MISSING_LOWERINGS[dtype][op] = MISSING_LOWERINGS[dtype].get(op, 0) + 1
+    tally(summary, MISSING_LOWERINGS[dtype], passed, failures, uncovered)
     if passed == 0 and not failures:
         pytest.skip(f"not covered: needs {sorted(set(uncovered))[:3]}" if uncovered else "no sample ran on CPU")
     summary["modules_covered"] += 1
