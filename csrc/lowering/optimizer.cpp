@@ -15,20 +15,6 @@ using stablehlo::Unary;
 
 DType opmath(DType t) { return t == DType::Float64 ? DType::Float64 : DType::Float32; }
 
-// Shorthands for elementwise math on same-typed values.
-struct Math {
-  Builder& b;
-  Value add(const Value& x, const Value& y) { return b.binary(Binary::Add, x, y); }
-  Value sub(const Value& x, const Value& y) { return b.binary(Binary::Subtract, x, y); }
-  Value mul(const Value& x, const Value& y) { return b.binary(Binary::Multiply, x, y); }
-  Value div(const Value& x, const Value& y) { return b.binary(Binary::Divide, x, y); }
-  Value k(double v, const Value& like) { return b.constant(v, like.type); }
-  // A 0-d value broadcast to `like`'s shape, in its dtype.
-  Value bcast(const Value& scalar, const Value& like) {
-    return b.broadcast_to(b.cast(b.reshape(scalar, {}), like.dtype()), like.shape());
-  }
-};
-
 // The optional grad_scale / found_inf arguments of the fused optimizers:
 // grads are divided by the scale, and a found_inf of 1 skips the whole step.
 struct AmpArgs {

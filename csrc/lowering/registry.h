@@ -176,6 +176,20 @@ std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm);
 // Whether (sizes, strides) lay out every element exactly once, in some order of the dims.
 bool is_dense(const Shape& sizes, const std::vector<int64_t>& strides);
 
+// Shorthands for elementwise math on same-typed values.
+struct Math {
+  Builder& b;
+  Value add(const Value& x, const Value& y) { return b.binary(stablehlo::Binary::Add, x, y); }
+  Value sub(const Value& x, const Value& y) { return b.binary(stablehlo::Binary::Subtract, x, y); }
+  Value mul(const Value& x, const Value& y) { return b.binary(stablehlo::Binary::Multiply, x, y); }
+  Value div(const Value& x, const Value& y) { return b.binary(stablehlo::Binary::Divide, x, y); }
+  Value k(double v, const Value& like) { return b.constant(v, like.type); }
+  // A 0-d value broadcast to `like`'s shape, in its dtype.
+  Value bcast(const Value& scalar, const Value& like) {
+    return b.broadcast_to(b.cast(b.reshape(scalar, {}), like.dtype()), like.shape());
+  }
+};
+
 // Builds the program that reads a strided view of a flat storage value as a
 // flat dense array of the view's elements (row-major).
 Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const std::vector<int64_t>& strides,

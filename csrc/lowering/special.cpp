@@ -1,0 +1,407 @@
+// torch.special functions that neither StableHLO nor CHLO has:
+// - the classical orthogonal polynomials (chebyshev_polynomial_t/u/v/w, their
+//   shifted forms, hermite h/he, laguerre, legendre) by the recurrences and
+//   special points PyTorch's kernels use, so the results round alike;
+// - the modified Bessel functions I0, I1 (i0, i0e, i1, i1e) by their power
+//   series and, for large |x|, their asymptotic expansions; K0, K1 (and the
+//   scaled forms) by their series near 0 and beyond by the trapezoidal rule on
+//   K_v(x) = int_0^inf exp(-x cosh t) cosh(v t) dt, which converges
+//   geometrically (an analytic integrand that decays doubly exponentially).
+// Results are computed in the output's opmath type and rounded once.
+#include <cmath>
+#include <functional>
+
+#include "lowering/registry.h"
+
+namespace torch_tpu::lowering {
+namespace {
+
+using stablehlo::Binary;
+using stablehlo::Compare;
+using stablehlo::Unary;
+
+std::vector<int64_t> all_dims(const Value& x) {
+  std::vector<int64_t> dims(x.rank());
+  for (int64_t d = 0; d < x.rank(); ++d) dims[d] = d;
+  return dims;
+}
+
+// The degree n as PyTorch's kernels take it, static_cast<int64_t> of the
+// computed value: NaN, infinities and values past int64 come out as x86's
+// INT64_MIN, a negative degree (the polynomial is 0 there).
+Value degree(Builder& b, const Value& n) {
+  if (!stablehlo::is_float(n.dtype())) return b.cast(n, DType::Int64);
+  Value in_range = b.compare(Compare::LT, b.unary(Unary::Abs, n), b.constant(9.2e18, n.type));  // false for NaN
+  return b.select(in_range, b.convert(n, DType::Int64), b.constant_int(-1, {DType::Int64, n.shape()}));
+}
+
+// P_{k+1} from k (in x's type), x, P_{k-1} and P_k.
+using Step = std::function<Value(Math& m, const Value& k, const Value& x, const Value& p, const Value& q)>;
+
+// P_n(x) elementwise from P_0 = 1 and P_1 = p1 by `next`, looping to the
+// largest degree: each element stops at its own n (PyTorch's kernels also
+// stop on NaN; a NaN stays NaN, so going on changes nothing). n < 0 gives 0.
+Value recurrence(Builder& b, const Value& x, const Value& n, const Value& p1, const Step& next) {
+  const TensorType t = x.type;
+  const TensorType k_type{DType::Int64, {}};
+  auto state = b.while_loop(
+      {b.constant_int(1, k_type), b.constant(1, t), p1, x, n},
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        Value live = r.compare(Compare::LT, r.broadcast_to(s[0], t.shape), s[4]);
+        return {r.reduce(live, r.scalar(0, DType::Bool), all_dims(x), Binary::Or)};
+      },
+      [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+        Math m{r};
+        Value live = r.compare(Compare::LT, r.broadcast_to(s[0], t.shape), s[4]);
+        Value k = r.broadcast_to(r.convert(s[0], t.dtype), t.shape);
+        Value next_q = next(m, k, s[3], s[1], s[2]);
+        return {r.binary(Binary::Add, s[0], r.constant_int(1, k_type)), r.select(live, s[2], s[1]),
+                r.select(live, next_q, s[2]), s[3], s[4]};
+      });
+  Value zero_n = b.constant_int(0, n.type);
+  Value r = b.select(b.compare(Compare::EQ, n, zero_n), b.constant(1, t), state[2]);
+  return b.select(b.compare(Compare::LT, n, zero_n), b.constant(0, t), r);
+}
+
+// x and the degree of an (x, n) polynomial op, x in the result's type.
+struct PolynomialArgs {
+  Value x, n;
+};
+PolynomialArgs polynomial_args(LoweringContext& c) {
+  return {c.operand_as_output(0), degree(c.b, c.operand_as_output(1))};
+}
+
+// (-1)^n, in x's type.
+Value parity_sign(Builder& b, const Value& n, const TensorType& t) {
+  Value even =
+      b.compare(Compare::EQ, b.binary(Binary::Remainder, n, b.constant_int(2, n.type)), b.constant_int(0, n.type));
+  return b.select(even, b.constant(1, t), b.constant(-1, t));
+}
+
+// Chebyshev polynomials of the four kinds, T U V W, and their shifted forms
+// (of 2x - 1). As PyTorch: the values at y = +-1 exactly, the trigonometric
+// closed form for |y| < 1 past a degree (6 or 8; 4 for shifted W), else the
+// three-term recurrence P_{k+1} = 2y P_k - P_{k-1}.
+enum class Kind { T, U, V, W };
+
+LoweringRule chebyshev(Kind kind, bool shifted) {
+  return [kind, shifted](LoweringContext& c) -> std::vector<Value> {
+    auto [x, n] = polynomial_args(c);
+    Builder& b = c.b;
+    Math m{b};
+    const TensorType t = x.type;
+    auto k = [&](double v) { return b.constant(v, t); };
+    Value y = shifted ? m.sub(m.add(x, x), k(1)) : x;
+    Value two_y = m.add(y, y);
+    Value p1 = kind == Kind::T   ? y
+               : kind == Kind::U ? two_y
+               : kind == Kind::V ? m.sub(two_y, k(1))
+                                 : m.add(two_y, k(1));
+    Value r = recurrence(b, y, n, p1, [](Math& r, const Value&, const Value& y, const Value& p, const Value& q) {
+      return r.sub(r.mul(r.add(y, y), q), p);
+    });
+    // The closed forms in theta = acos(y).
+    Value nf = b.convert(n, t.dtype), sign = parity_sign(b, n, t);
+    Value n1 = m.add(nf, k(1)), two_n1 = m.add(m.add(nf, nf), k(1)), n_half = m.add(nf, k(0.5));
+    Value theta = b.unary(Unary::Acos, y), half = m.div(theta, k(2));
+    auto sin = [&](const Value& v) { return b.unary(Unary::Sin, v); };
+    auto cos = [&](const Value& v) { return b.unary(Unary::Cos, v); };
+    Value closed, at_plus, at_minus;
+    int64_t from = 8;
+    switch (kind) {
+      case Kind::T:
+        closed = cos(m.mul(nf, theta));
+        at_plus = k(1), at_minus = sign, from = 6;
+        break;
+      case Kind::U:
+        closed = b.select(b.compare(Compare::NE, sin(theta), k(0)), m.div(sin(m.mul(n1, theta)), sin(theta)),
+                          m.div(m.mul(n1, cos(m.mul(n1, theta))), y));
+        at_plus = n1, at_minus = m.mul(sign, n1), from = shifted ? 6 : 8;
+        break;
+      case Kind::V:
+        closed = b.select(b.compare(Compare::NE, sin(half), k(1)), m.div(cos(m.mul(n_half, theta)), cos(half)),
+                          m.mul(sign, two_n1));
+        at_plus = k(1), at_minus = m.mul(sign, two_n1), from = shifted ? 6 : 8;
+        break;
+      case Kind::W:
+        closed = b.select(b.compare(Compare::NE, cos(half), k(1)), m.div(sin(m.mul(n_half, theta)), sin(half)),
+                          shifted ? sign : two_n1);
+        at_plus = two_n1, at_minus = sign, from = shifted ? 4 : 8;
+        break;
+    }
+    Value use_closed = b.binary(Binary::And, b.compare(Compare::GT, n, b.constant_int(from, n.type)),
+                                b.compare(Compare::LT, b.unary(Unary::Abs, y), k(1)));
+    r = b.select(use_closed, closed, r);
+    r = b.select(b.compare(Compare::EQ, x, k(shifted ? 0 : -1)), at_minus, r);
+    r = b.select(b.compare(Compare::EQ, x, k(1)), at_plus, r);
+    return {b.select(b.compare(Compare::LT, n, b.constant_int(0, n.type)), k(0), r)};
+  };
+}
+
+// Hermite polynomials, physicists' H (P_{k+1} = 2x P_k - 2k P_{k-1}) and
+// probabilists' He (x P_k - k P_{k-1}); NaN past PyTorch's degree limit
+// (128 in float32, 512 in float64).
+LoweringRule hermite(bool physicists) {
+  return [physicists](LoweringContext& c) -> std::vector<Value> {
+    auto [x, n] = polynomial_args(c);
+    Builder& b = c.b;
+    Math m{b};
+    const int64_t limit = x.dtype() == DType::Float32 ? 128 : x.dtype() == DType::Float64 ? 512 : 1024;
+    Value past = b.compare(Compare::GT, n, b.constant_int(limit, n.type));
+    Value looped = b.select(past, b.constant_int(0, n.type), n);
+    Value p1 = physicists ? m.add(x, x) : x;
+    Value r = recurrence(
+        b, x, looped, p1, [physicists](Math& r, const Value& k, const Value& x, const Value& p, const Value& q) {
+          return physicists ? r.sub(r.mul(r.add(x, x), q), r.mul(r.add(k, k), p)) : r.sub(r.mul(x, q), r.mul(k, p));
+        });
+    return {b.select(past, b.constant(NAN, x.type), r)};
+  };
+}
+
+// Laguerre L: P_{k+1} = ((2k + 1 - x) P_k - k P_{k-1}) / (k + 1); 1 at x = 0.
+std::vector<Value> laguerre(LoweringContext& c) {
+  auto [x, n] = polynomial_args(c);
+  Math m{c.b};
+  Value one = m.k(1, x);
+  Value r =
+      recurrence(c.b, x, n, m.sub(one, x), [](Math& r, const Value& k, const Value& x, const Value& p, const Value& q) {
+        Value one = r.k(1, x);
+        return r.div(r.sub(r.mul(r.add(r.add(k, k), r.sub(one, x)), q), r.mul(k, p)), r.add(k, one));
+      });
+  Value at_zero = c.b.binary(Binary::And, c.b.compare(Compare::EQ, x, m.k(0, x)),
+                             c.b.compare(Compare::GE, n, c.b.constant_int(0, n.type)));
+  return {c.b.select(at_zero, one, r)};
+}
+
+// Legendre P: P_{k+1} = ((2k + 1) x P_k - k P_{k-1}) / (k + 1); +-1 at x = +-1.
+std::vector<Value> legendre(LoweringContext& c) {
+  auto [x, n] = polynomial_args(c);
+  Builder& b = c.b;
+  Math m{b};
+  Value r = recurrence(b, x, n, x, [](Math& r, const Value& k, const Value& x, const Value& p, const Value& q) {
+    Value one = r.k(1, x);
+    return r.div(r.sub(r.mul(r.mul(r.add(r.add(k, k), one), x), q), r.mul(k, p)), r.add(k, one));
+  });
+  Value ends = b.binary(Binary::And, b.compare(Compare::EQ, b.unary(Unary::Abs, x), m.k(1, x)),
+                        b.compare(Compare::GE, n, b.constant_int(0, n.type)));
+  Value end_value = b.select(b.compare(Compare::GT, x, m.k(0, x)), m.k(1, x), parity_sign(b, n, x.type));
+  return {b.select(ends, end_value, r)};
+}
+
+// sum_k c_k z^k by Horner's rule, c given lowest power first.
+Value horner(Math& m, const std::vector<double>& coefficients, const Value& z) {
+  Value r = m.k(coefficients.back(), z);
+  for (size_t i = coefficients.size() - 1; i-- > 0;) r = m.add(m.mul(r, z), m.k(coefficients[i], z));
+  return r;
+}
+
+// The power series of I_v(x) / (x/2)^v = sum_k t^k / (k! (k+v)!), t = x^2/4,
+// nested as (1 + t/(1 (1+v)) (1 + t/(2 (2+v)) (...))) / v! so no coefficient
+// underflows in float32: every term positive, so it loses nothing; 48 terms
+// reach full float64 accuracy up to |x| = kSeriesUpTo.
+constexpr double kSeriesUpTo = 20;
+Value bessel_i_series(Math& m, const Value& t, int v) {
+  Value r = m.k(1, t);
+  for (int k = 48; k >= 1; --k) r = m.add(m.k(1, t), m.mul(m.mul(t, m.k(1.0 / (k * (k + v)), t)), r));
+  return r;  // 1/v! is 1 for v = 0, 1
+}
+
+// The asymptotic series of I_v(x) e^-x sqrt(2 pi x) (+) and of
+// K_v(x) e^x sqrt(2x / pi) (-) in 1/x: sum_k (-+1)^k a_k(v) / x^k with
+// a_k = prod_{j<=k} (4v^2 - (2j-1)^2) / (k! 8^k). Past |x| = 20 its smallest
+// term is below 1e-17 of the sum; 30 terms stop before it.
+std::vector<double> bessel_asymptotic(int v, bool for_i) {
+  std::vector<double> c(30);
+  double a = 1;
+  for (size_t k = 0; k < c.size(); ++k) {
+    c[k] = for_i && k % 2 ? -a : a;
+    const double j = static_cast<double>(k + 1);
+    a *= (4.0 * v * v - (2 * j - 1) * (2 * j - 1)) / (j * 8);
+  }
+  return c;
+}
+
+// e^-|x| I_v(x) for v = 0, 1 (even and odd in x), in x's type.
+Value scaled_bessel_i(Builder& b, const Value& x, int v) {
+  Math m{b};
+  Value ax = b.unary(Unary::Abs, x);
+  Value half = m.mul(ax, m.k(0.5, ax));
+  Value series = bessel_i_series(m, m.mul(half, half), v);
+  if (v == 1) series = m.mul(series, half);
+  series = m.mul(series, b.unary(Unary::Exp, b.unary(Unary::Negate, ax)));
+  // Past the series' range: the asymptotic one (its argument kept away from 0).
+  Value big = b.select(b.compare(Compare::GT, ax, m.k(kSeriesUpTo, ax)), ax, m.k(kSeriesUpTo, ax));
+  Value asymptotic = m.mul(horner(m, bessel_asymptotic(v, true), m.div(m.k(1, big), big)),
+                           b.unary(Unary::Rsqrt, m.mul(big, m.k(2 * M_PI, big))));
+  Value r = b.select(b.compare(Compare::GT, ax, m.k(kSeriesUpTo, ax)), asymptotic, series);
+  return v == 1 ? b.select(b.compare(Compare::LT, x, m.k(0, x)), b.unary(Unary::Negate, r), r) : r;
+}
+
+// i0, i0e, i1, i1e (and special.modified_bessel_i0/i1): `scaled` keeps the
+// factor e^-|x|.
+LoweringRule bessel_i(int v, bool scaled) {
+  return [v, scaled](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.b.cast(c.operand_as_output(0), opmath_type(c.out().dtype));
+    Value r = scaled_bessel_i(c.b, x, v);
+    // Unscaled: times e^|x| (0 * inf = NaN at the infinities, as on CPU).
+    if (!scaled) r = c.b.binary(Binary::Multiply, r, c.b.unary(Unary::Exp, c.b.unary(Unary::Abs, x)));
+    return {c.b.cast(r, c.out().dtype)};
+  };
+}
+
+// e^x K_v(x) for v = 0, 1 and x > 0. Below 1 the series
+// K0 = -(log(x/2) + gamma) I0 + sum_k (x^2/4)^k / k!^2 H_k and
+// K1 = 1/x + log(x/2) I1 - (x/4) sum_k (x^2/4)^k / (k! (k+1)!) (psi(k+1) + psi(k+2));
+// up to 20 the trapezoidal rule with step 1/8 on e^x times the integral (for
+// an integrand analytic in a strip its error falls like exp(-2 pi d / h):
+// below 1e-20 here; 46 nodes cover e^-(x (cosh t - 1)) > 1e-18); past 20 the
+// asymptotic series.
+Value scaled_bessel_k(Builder& b, const Value& x, int v) {
+  Math m{b};
+  constexpr double euler_gamma = 0.57721566490153286061;
+  auto clamp_to = [&](double lo, double hi) { return b.clamp(m.k(lo, x), x, m.k(hi, x)); };
+  // Near 0: the series.
+  Value small = clamp_to(0, 1), half = m.mul(small, m.k(0.5, x)), t = m.mul(half, half);
+  Value log_half = b.unary(Unary::Log, half), i_v = bessel_i_series(m, t, v);
+  std::vector<double> c(24);
+  double term = 1, harmonic = 0;
+  Value series;
+  if (v == 0) {
+    for (size_t k = 0; k < c.size(); ++k) {
+      c[k] = term * term * harmonic;
+      harmonic += 1.0 / static_cast<double>(k + 1);
+      term /= static_cast<double>(k + 1);
+    }
+    series = m.sub(horner(m, c, t), m.mul(m.add(log_half, m.k(euler_gamma, x)), i_v));
+  } else {
+    double psi1 = -euler_gamma, psi2 = 1 - euler_gamma;  // psi(k+1), psi(k+2)
+    for (size_t k = 0; k < c.size(); ++k) {
+      const double next = term / static_cast<double>(k + 1);  // 1 / (k+1)!
+      c[k] = term * next * (psi1 + psi2);
+      psi1 += 1.0 / static_cast<double>(k + 1);
+      psi2 += 1.0 / static_cast<double>(k + 2);
+      term = next;
+    }
+    series = m.sub(m.add(m.div(m.k(1, x), small), m.mul(m.mul(log_half, half), i_v)),
+                   m.mul(m.mul(small, m.k(0.25, x)), horner(m, c, t)));
+  }
+  series = m.mul(series, b.unary(Unary::Exp, small));
+  // The middle: the integral.
+  const double h = 0.125;
+  Value middle = clamp_to(1, kSeriesUpTo), integral = m.k(0.5 * h, x);
+  for (int j = 1; j <= 46; ++j) {
+    Value w = b.unary(Unary::Exp, m.mul(middle, m.k(1 - std::cosh(j * h), x)));
+    integral = m.add(integral, m.mul(w, m.k(h * (v == 0 ? 1 : std::cosh(j * h)), x)));
+  }
+  // Far out: the asymptotic series.
+  Value big = b.select(b.compare(Compare::GT, x, m.k(kSeriesUpTo, x)), x, m.k(kSeriesUpTo, x));
+  Value asymptotic = m.mul(horner(m, bessel_asymptotic(v, false), m.div(m.k(1, big), big)),
+                           b.unary(Unary::Sqrt, m.div(m.k(M_PI / 2, big), big)));
+  Value r = b.select(b.compare(Compare::LT, x, m.k(1, x)), series,
+                     b.select(b.compare(Compare::GT, x, m.k(kSeriesUpTo, x)), asymptotic, integral));
+  r = b.select(b.compare(Compare::EQ, x, m.k(0, x)), m.k(INFINITY, x), r);
+  return b.select(b.compare(Compare::LT, x, m.k(0, x)), m.k(NAN, x), r);
+}
+
+// special.modified_bessel_k0/k1 and the scaled (e^x K) forms.
+LoweringRule bessel_k(int v, bool scaled) {
+  return [v, scaled](LoweringContext& c) -> std::vector<Value> {
+    Value x = c.b.cast(c.operand_as_output(0), opmath_type(c.out().dtype));
+    Value r = scaled_bessel_k(c.b, x, v);
+    if (!scaled) r = c.b.binary(Binary::Multiply, r, c.b.unary(Unary::Exp, c.b.unary(Unary::Negate, x)));
+    r = c.b.select(c.b.compare(Compare::EQ, x, c.b.constant(INFINITY, x.type)), c.b.constant(0, x.type), r);
+    r = c.b.select(c.b.compare(Compare::NE, x, x), x, r);
+    return {c.b.cast(r, c.out().dtype)};
+  };
+}
+
+// J_v(x) for v = 0, 1 (even and odd). Up to |x| = 20 the trapezoidal rule
+// with 64 nodes over a period of Bessel's integral
+// J_v(x) = 1/(2 pi) int_0^2pi cos(v theta - x sin theta) d theta, exact up to
+// J_{64+v}(x) (below 1e-24 there); past it Hankel's expansion
+// sqrt(2 / (pi x)) (P cos(x - (2v+1) pi/4) - Q sin(...)), the phase rounded in
+// x's type as PyTorch's kernels do (NaN at the infinities, as there).
+LoweringRule bessel_j(int v) {
+  return [v](LoweringContext& c) -> std::vector<Value> {
+    Builder& b = c.b;
+    Math m{b};
+    Value x = b.cast(c.operand_as_output(0), opmath_type(c.out().dtype));
+    Value ax = b.unary(Unary::Abs, x);
+    constexpr int nodes = 64;
+    Value near = b.clamp(m.k(0, x), ax, m.k(kSeriesUpTo, x)), sum = m.k(v == 0 ? 1 : 0, x);
+    for (int j = 1; j < nodes; ++j) {  // J0: mean of cos(x sin), J1: of sin(theta) sin(x sin)
+      const double theta = 2 * M_PI * j / nodes, sine = std::sin(theta);
+      Value arg = m.mul(near, m.k(sine, x));
+      sum = m.add(sum, v == 0 ? b.unary(Unary::Cos, arg) : m.mul(m.k(sine, x), b.unary(Unary::Sin, arg)));
+    }
+    Value integral = m.div(sum, m.k(nodes, x));
+    Value far = b.select(b.compare(Compare::GT, ax, m.k(kSeriesUpTo, x)), ax, m.k(kSeriesUpTo, x));
+    std::vector<double> a = bessel_asymptotic(v, false), p, q;  // a_k(v); P, Q take even and odd k, signs alternating
+    for (size_t k = 0; k < 24; ++k) (k % 2 ? q : p).push_back(k % 4 < 2 ? a[k] : -a[k]);
+    Value inv = m.div(m.k(1, far), far), inv2 = m.mul(inv, inv);
+    Value phase = m.sub(far, m.k((2 * v + 1) * M_PI / 4, x));
+    Value hankel = m.mul(b.unary(Unary::Sqrt, m.div(m.k(2 / M_PI, x), far)),
+                         m.sub(m.mul(horner(m, p, inv2), b.unary(Unary::Cos, phase)),
+                               m.mul(m.mul(horner(m, q, inv2), inv), b.unary(Unary::Sin, phase))));
+    Value r = b.select(b.compare(Compare::GT, ax, m.k(kSeriesUpTo, x)), hankel, integral);
+    if (v == 1) r = b.select(b.compare(Compare::LT, x, m.k(0, x)), b.unary(Unary::Negate, r), r);
+    return {b.cast(r, c.out().dtype)};
+  };
+}
+
+// spherical_bessel_j0(x) = sin(x) / x, by its Taylor series below |x| = 1/2
+// as PyTorch's kernel; 0 at the infinities.
+std::vector<Value> spherical_bessel_j0(LoweringContext& c) {
+  Builder& b = c.b;
+  Math m{b};
+  Value x = b.cast(c.operand_as_output(0), opmath_type(c.out().dtype));
+  std::vector<double> taylor;
+  double factorial = 1;
+  for (int k = 0; k <= 6; ++k) {
+    taylor.push_back((k % 2 ? -1 : 1) / factorial);
+    factorial *= (2 * k + 2) * (2 * k + 3);
+  }
+  Value r = b.select(b.compare(Compare::LT, b.unary(Unary::Abs, x), m.k(0.5, x)), horner(m, taylor, m.mul(x, x)),
+                     m.div(b.unary(Unary::Sin, x), x));
+  r = b.select(b.compare(Compare::EQ, b.unary(Unary::Abs, x), m.k(INFINITY, x)), m.k(0, x), r);
+  return {b.cast(r, c.out().dtype)};
+}
+
+// Each polynomial op has a (Tensor, Tensor), (Scalar, Tensor) and (Tensor, Scalar) form.
+struct PolynomialOps {
+  PolynomialOps(const std::string& name, const LoweringRule& rule) {
+    for (const char* suffix : {"", ".x_scalar", ".n_scalar"}) register_rule("aten::special_" + name + suffix, rule);
+  }
+};
+const PolynomialOps polynomials[] = {
+    {"chebyshev_polynomial_t", chebyshev(Kind::T, false)},
+    {"chebyshev_polynomial_u", chebyshev(Kind::U, false)},
+    {"chebyshev_polynomial_v", chebyshev(Kind::V, false)},
+    {"chebyshev_polynomial_w", chebyshev(Kind::W, false)},
+    {"shifted_chebyshev_polynomial_t", chebyshev(Kind::T, true)},
+    {"shifted_chebyshev_polynomial_u", chebyshev(Kind::U, true)},
+    {"shifted_chebyshev_polynomial_v", chebyshev(Kind::V, true)},
+    {"shifted_chebyshev_polynomial_w", chebyshev(Kind::W, true)},
+    {"hermite_polynomial_h", hermite(true)},
+    {"hermite_polynomial_he", hermite(false)},
+    {"laguerre_polynomial_l", laguerre},
+    {"legendre_polynomial_p", legendre},
+};
+
+}  // namespace
+
+LOWERING("aten::i0", bessel_i(0, false));
+LOWERING("aten::special_i0e", bessel_i(0, true));
+LOWERING("aten::special_i1", bessel_i(1, false));
+LOWERING("aten::special_i1e", bessel_i(1, true));
+LOWERING("aten::special_modified_bessel_i0", bessel_i(0, false));
+LOWERING("aten::special_modified_bessel_i1", bessel_i(1, false));
+LOWERING("aten::special_bessel_j0", bessel_j(0));
+LOWERING("aten::special_bessel_j1", bessel_j(1));
+LOWERING("aten::special_spherical_bessel_j0", spherical_bessel_j0);
+LOWERING("aten::special_modified_bessel_k0", bessel_k(0, false));
+LOWERING("aten::special_modified_bessel_k1", bessel_k(1, false));
+LOWERING("aten::special_scaled_modified_bessel_k0", bessel_k(0, true));
+LOWERING("aten::special_scaled_modified_bessel_k1", bessel_k(1, true));
+
+}  // namespace torch_tpu::lowering
