@@ -493,13 +493,21 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i)
     if (!skip || !(*skip)[i]) stack.push_back(to_meta(args[i]));
-  // PyTorch 2.13's meta kernel of _thnn_fused_lstm_cell reads .device of its
-  // optional biases (nn.LSTM(bias=False) fails in it): it sees zero biases of
-  // their shape, which change no output shape.
-  if (op.operator_name().name == "aten::_thnn_fused_lstm_cell" && stack.size() == 5)
-    for (size_t i = 3; i < 5; ++i)
-      if (stack[i].isNone() || (stack[i].isTensor() && !stack[i].toTensor().defined()))
-        stack[i] = at::zeros({stack[0].toTensor().size(1)}, stack[0].toTensor().options());
+  // PyTorch 2.13's meta kernels of these ops use their optional tensors
+  // without checking (nn.LSTM(bias=False) and batch norm without an affine
+  // bias fail in them): they see zeros of shape [size(1) of argument 0]
+  // (the biases', weight's and bias' shape), which change no output shape.
+  struct OptionalTensors {
+    const char* op;
+    size_t first, last;
+  };
+  static constexpr OptionalTensors kMetaReadsOptionals[] = {{"aten::_thnn_fused_lstm_cell", 3, 4},
+                                                            {"aten::_batch_norm_with_update", 1, 2}};
+  for (const auto& o : kMetaReadsOptionals)
+    if (op.operator_name().name == o.op && stack.size() > o.last && stack[0].isTensor())
+      for (size_t i = o.first; i <= o.last; ++i)
+        if (stack[i].isNone() || (stack[i].isTensor() && !stack[i].toTensor().defined()))
+          stack[i] = at::zeros({stack[0].toTensor().size(1)}, stack[0].toTensor().options());
   op.callBoxed(stack);
   std::vector<TensorType> types;
   for (const auto& r : stack) {

@@ -1,11 +1,13 @@
 // Meta kernels (output shapes and dtypes) for ops PyTorch ships without one,
 // so that the general kernel can lower them: the fused GRU cell, which
 // nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
-// _logcumsumexp, geqrf and linalg_lstsq.
+// _logcumsumexp, geqrf, linalg_lstsq and _add_relu.Scalar.
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/add.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <string>
 #include <tuple>
 
 #include "aten/general_kernel.h"
@@ -96,8 +98,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_lstsq(const at
           at::empty(rank, self.options().device(at::kMeta).dtype(at::kLong)), meta_like(self, singular)};
 }
 
-bool lacks_meta(const char* op) {
-  auto handle = c10::Dispatcher::singleton().findOp({op, ""});
+// _add_relu.Scalar: add.Scalar's result (relu keeps shape and dtype).
+at::Tensor add_relu_scalar(const at::Tensor& self, const at::Scalar& other, const at::Scalar& alpha) {
+  return at::add(self, other, alpha);
+}
+
+bool lacks_meta(const std::string& op) {  // "aten::name" or "aten::name.overload"
+  const size_t dot = op.find('.');
+  auto handle = c10::Dispatcher::singleton().findOp(
+      {op.substr(0, dot), dot == std::string::npos ? std::string() : op.substr(dot + 1)});
   return handle && !handle->hasKernelForDispatchKey(c10::DispatchKey::Meta);
 }
 
@@ -115,6 +124,7 @@ void register_missing_meta_kernels() {
   if (lacks_meta("aten::_logcumsumexp")) library->impl("_logcumsumexp", TORCH_FN(logcumsumexp));
   if (lacks_meta("aten::geqrf")) library->impl("geqrf", TORCH_FN(geqrf));
   if (lacks_meta("aten::linalg_lstsq")) library->impl("linalg_lstsq", TORCH_FN(linalg_lstsq));
+  if (lacks_meta("aten::_add_relu.Scalar")) library->impl("_add_relu.Scalar", TORCH_FN(add_relu_scalar));
 }
 
 }  // namespace torch_tpu::aten

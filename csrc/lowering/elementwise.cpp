@@ -22,6 +22,11 @@ Value add_scaled(LoweringContext& c, Binary op) {
 std::vector<Value> add(LoweringContext& c) { return {add_scaled(c, Binary::Add)}; }
 std::vector<Value> sub(LoweringContext& c) { return {add_scaled(c, Binary::Subtract)}; }
 
+// _add_relu(self, other, alpha): relu(self + alpha * other), CPU's fused form.
+std::vector<Value> add_relu(LoweringContext& c) {
+  return {maximum(c.b, add_scaled(c, Binary::Add), c.b.constant(0, c.out()))};
+}
+
 std::vector<Value> mul(LoweringContext& c) {
   Value a = c.operand_as_output(0), b = c.operand_as_output(1);
   return {c.b.binary(c.out().dtype == DType::Bool ? Binary::And : Binary::Multiply, a, b)};
@@ -659,6 +664,8 @@ std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())};
 }  // namespace
 
 LOWERING("aten::add.Tensor", add);
+LOWERING("aten::_add_relu.Tensor", add_relu);
+LOWERING("aten::_add_relu.Scalar", add_relu);
 LOWERING("aten::rsub.Tensor", rsub);
 LOWERING("aten::rsub.Scalar", rsub);
 LOWERING("aten::logaddexp", logaddexp(false));

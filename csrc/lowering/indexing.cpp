@@ -231,7 +231,30 @@ std::vector<Value> scatter_reduce(LoweringContext& c) {
   if (reduce == "prod") return {scatter_along(c, ScatterCombine::Multiply, include_self)};
   if (reduce == "amax") return {scatter_along(c, ScatterCombine::Maximum, include_self)};
   if (reduce == "amin") return {scatter_along(c, ScatterCombine::Minimum, include_self)};
-  throw Declined("scatter_reduce: reduce=\"" + reduce + "\" is not lowered");  // "mean": CPU fallback
+  if (reduce != "mean")
+    throw std::invalid_argument("reduce argument must be either sum, prod, mean, amax or amin, got " + reduce);
+  // mean: the sum over self (if included) and the scattered values, divided
+  // by their count (at least 1); integers floor-divided, as CPU.
+  Value sum = scatter_along(c, ScatterCombine::Add, include_self);
+  const TensorType& out = c.out();
+  auto [ones, index] = at_least_1d(c.b, c.b.constant(include_self ? 1 : 0, out), c.tensor(2));
+  if (index.type.numel() == 0) return {sum};
+  const int64_t dim = normalize_dim(c.integer(1), ones.rank());
+  Value counts =
+      c.b.scatter(ones, coordinates(c.b, index, dim, ones.rank()), c.b.constant(1, {out.dtype, index.shape()}),
+                  pointwise_scatter(ones.rank()), ScatterCombine::Add);
+  counts = c.b.reshape(counts, out.shape);
+  counts = c.b.select(c.b.compare(stablehlo::Compare::LT, counts, c.b.constant(1, out)), c.b.constant(1, out), counts);
+  Value mean = c.b.binary(stablehlo::Binary::Divide, sum, counts);
+  if (!stablehlo::is_float(out.dtype) && !stablehlo::is_complex(out.dtype)) {
+    // Floor: truncation is one less where the signs differ and it is inexact.
+    Value zero = c.b.constant(0, out);
+    Value inexact = c.b.compare(stablehlo::Compare::NE, c.b.binary(stablehlo::Binary::Remainder, sum, counts), zero);
+    Value negative = c.b.compare(stablehlo::Compare::LT, sum, zero);
+    mean = c.b.select(c.b.binary(stablehlo::Binary::And, inexact, negative),
+                      c.b.binary(stablehlo::Binary::Subtract, mean, c.b.constant(1, out)), mean);
+  }
+  return {mean};
 }
 
 // index_copy(self, dim, index, source) and index_add(self, dim, index,

@@ -69,6 +69,20 @@ std::vector<Value> vdot(LoweringContext& c) {
 // addmm(self, mat1, mat2, *, beta, alpha) = beta * self + alpha * (mat1 @ mat2)
 std::vector<Value> addmm(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {}, {1}, {0}), 0, 3); }
 
+// _addmm_activation(self, mat1, mat2, *, beta, alpha, use_gelu): relu or
+// gelu (erf form, as CPU) of addmm, the addmm rounded to the dtype first.
+std::vector<Value> addmm_activation(LoweringContext& c) {
+  Value y = epilogue(c, product(c, 1, 2, {}, {1}, {0}), 0, 3)[0];
+  if (!c.has(5) || !c.args[5].b) return {maximum(c.b, y, c.b.constant(0, y.type))};
+  Value x = c.b.cast(y, opmath_type(y.dtype()));
+  Value half = c.b.constant(0.5, x.type),
+        erf = c.b.unary(stablehlo::Unary::Erf,
+                        c.b.binary(stablehlo::Binary::Multiply, x, c.b.constant(M_SQRT1_2, x.type)));
+  Value cdf =
+      c.b.binary(stablehlo::Binary::Multiply, half, c.b.binary(stablehlo::Binary::Add, c.b.constant(1, x.type), erf));
+  return {c.b.cast(c.b.binary(stablehlo::Binary::Multiply, x, cdf), y.dtype())};
+}
+
 // addbmm(self [n, m], batch1 [b, n, k], batch2 [b, k, m], *, beta, alpha) =
 // beta * self + alpha * (sum over b of batch1[b] @ batch2[b]): one dot over b and k.
 std::vector<Value> addbmm(LoweringContext& c) { return epilogue(c, product(c, 1, 2, {}, {0, 2}, {0, 1}), 0, 3); }
@@ -277,6 +291,7 @@ std::vector<Value> grouped_mm(LoweringContext& c) {
 LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
+LOWERING("aten::_addmm_activation", addmm_activation);
 LOWERING("aten::dot", dot);
 LOWERING("aten::vdot", vdot);
 LOWERING("aten::addmv", addmv);

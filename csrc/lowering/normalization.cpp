@@ -309,6 +309,18 @@ std::vector<Value> native_batch_norm_legit(LoweringContext& c) {
   return v;
 }
 
+// _batch_norm_with_update(input, weight?, bias?, running_mean!, running_var!,
+// momentum, eps) -> (out, save_mean, save_invstd, reserve): training batch
+// norm; reserve is CPU's empty byte tensor.
+std::vector<Value> batch_norm_with_update(LoweringContext& c) {
+  BatchNormResult r = batch_norm(c, 3, 4, true, c.number(5), c.number(6));
+  std::vector<Value> v = r.outs;
+  v.push_back(c.b.constant(0, c.out(3)));
+  v.push_back(r.running_mean);
+  v.push_back(r.running_var);
+  return v;
+}
+
 // _native_batch_norm_legit.no_stats(input, weight?, bias?, training, momentum, eps)
 std::vector<Value> native_batch_norm_legit_no_stats(LoweringContext& c) {
   return batch_norm(c, -1, -1, c.args[3].b, c.number(4), c.number(5)).outs;
@@ -392,5 +404,9 @@ LOWERING("aten::_native_batch_norm_legit.no_stats", native_batch_norm_legit_no_s
 LOWERING("aten::_native_batch_norm_legit_no_training", native_batch_norm_legit_no_training);
 LOWERING("aten::_native_batch_norm_legit_functional", native_batch_norm_legit_functional);
 LOWERING("aten::native_batch_norm_backward", native_batch_norm_backward);
+LOWERING("aten::_batch_norm_with_update", batch_norm_with_update);
+// batch_norm_backward(grad_out, input, weight, running_mean, running_var,
+// save_mean, save_var (the invstd), update, eps, output_mask, reserve): the same arguments in the same places.
+LOWERING("aten::batch_norm_backward", native_batch_norm_backward);
 
 }  // namespace torch_tpu::lowering

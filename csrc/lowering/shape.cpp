@@ -29,6 +29,20 @@ std::vector<Value> cat(LoweringContext& c) {
   return {c.b.concatenate(parts, normalize_dim(c.integer(1), out.rank()))};
 }
 
+// _stack(tensors, dim): each tensor with a new dim of size 1 at `dim`, concatenated there.
+std::vector<Value> stack(LoweringContext& c) {
+  const TensorType& out = c.out();
+  if (out.numel() == 0) return {c.b.constant(0, out)};
+  const int64_t dim = normalize_dim(c.integer(1), out.rank());
+  std::vector<Value> parts;
+  for (const Value& t : c.args[0].tensors) {
+    Shape shape = t.shape();
+    shape.insert(shape.begin() + dim, 1);
+    parts.push_back(c.b.reshape(c.b.cast(t, out.dtype), shape));
+  }
+  return {c.b.concatenate(parts, dim)};
+}
+
 // flip(self, dims)
 std::vector<Value> flip(LoweringContext& c) {
   const Value& x = c.tensor(0);
@@ -272,6 +286,7 @@ std::vector<Value> narrow_copy(LoweringContext& c) {
 }  // namespace
 
 LOWERING("aten::cat", cat);
+LOWERING("aten::_stack", stack);
 LOWERING("aten::flip", flip);
 LOWERING("aten::roll", roll);
 LOWERING("aten::pixel_shuffle", pixel_shuffle(true));

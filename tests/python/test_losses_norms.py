@@ -374,3 +374,28 @@ def test_group_norm_forward_backward(dtype, shape, groups, affine):
         compare_fn(lambda x, w, b: F.group_norm(x, groups, w, b), x, w, b, tol=tol, grad_args=(1, 2))
     else:
         compare_fn(lambda x: F.group_norm(x, groups), x, tol=tol)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_with_update(affine):
+    """The op torch.export and compile emit for training batch norm: outputs,
+    the running stats it writes, and batch_norm_backward from what it saved."""
+    g = torch.Generator().manual_seed(0)
+    x, grad, w, b = torch.randn(4, 3, 5, generator=g), torch.randn(4, 3, 5, generator=g), torch.randn(3), torch.randn(3)
+    results = []
+    for device in ("cpu", "tpu"):
+        mean, var = torch.zeros(3, device=device), torch.ones(3, device=device)
+        weight, bias = (w.to(device), b.to(device)) if affine else (None, None)
+        with torch_tpu.set_fallback("error"):
+            out, save_mean, save_invstd, reserve = torch.ops.aten._batch_norm_with_update(
+                x.to(device), weight, bias, mean, var, 0.1, 1e-5
+            )
+            grads = []
+            if affine:  # CPU's batch_norm_backward requires the weight
+                grads = torch.ops.aten.batch_norm_backward(
+                    grad.to(device), x.to(device), weight, mean, var, save_mean, save_invstd, True, 1e-5,
+                    [True, True, True], reserve,
+                )  # fmt: skip
+        results.append([t.cpu() for t in (out, save_mean, save_invstd, mean, var, reserve, *grads)])
+    for actual, expected in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)

@@ -519,3 +519,34 @@ def test_in_place_forms_of_other_overloads_run_natively():
     c <<= 2
     c >>= 1
     assert_same(t, c)
+
+
+# CPU-only fused forms PyTorch's own passes emit (_add_relu, _addmm_activation,
+# _stack) and scatter_reduce's "mean", without the fallback.
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: torch.ops.aten._add_relu(a, b, alpha=2),
+        lambda a, b: torch.ops.aten._add_relu(a, 0.25),
+        lambda a, b: torch.ops.aten._stack([a, b], 1),
+        lambda a, b: torch.ops.aten._addmm_activation(a.new_ones(4), a, b.t(), beta=0.5, use_gelu=True),
+        lambda a, b: torch.ops.aten._addmm_activation(a.new_ones(4, 4), a, b.t()),
+    ],
+    ids=["add_relu", "add_relu_scalar", "stack", "addmm_gelu", "addmm_relu"],
+)
+def test_fused_cpu_forms(fn):
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
+    compare_fn(fn, a, b, tol=dict(rtol=1e-5, atol=1e-6), grad_args=())  # no derivatives in PyTorch
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_mean(dtype, include_self):
+    x = torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=dtype)
+    index = torch.tensor([[0, 0, 1], [1, 0, 1]])
+    src = torch.tensor([[-7, 2, 3], [4, -5, 6]], dtype=dtype)
+    expected = x.scatter_reduce(1, index, src, "mean", include_self=include_self)
+    with torch_tpu.set_fallback("error"):
+        actual = x.to("tpu").scatter_reduce(1, index.to("tpu"), src.to("tpu"), "mean", include_self=include_self)
+    assert_same(actual, expected)
