@@ -3,8 +3,8 @@
 // nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
 // _logcumsumexp, geqrf, linalg_lstsq and _add_relu.Scalar.
 #include <ATen/ExpandUtils.h>
-#include <ATen/ops/add.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/add.h>
 #include <torch/library.h>
 
 #include <string>
