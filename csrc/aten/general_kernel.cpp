@@ -524,6 +524,13 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
     else if (r.isTensorList())
       for (const auto& t : r.toTensorVector()) add(t);
   }
+  // PyTorch 2.13's meta kernel gives multilabel_margin_loss of one unbatched
+  // sample the shape [1]; CPU and CUDA give a 0-d loss.
+  if (op.operator_name().name == "aten::multilabel_margin_loss_forward" && !args.empty() && args[0].isTensor() &&
+      args[0].toTensor().dim() <= 1 && !types.empty()) {
+    types[0].shape.clear();
+    if (strides) (*strides)[0].clear();
+  }
   return types;
 }
 

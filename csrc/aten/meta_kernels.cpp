@@ -1,7 +1,7 @@
 // Meta kernels (output shapes and dtypes) for ops PyTorch ships without one,
 // so that the general kernel can lower them: the fused GRU cell, which
 // nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
-// _logcumsumexp, geqrf, linalg_lstsq and _add_relu.Scalar.
+// _logcumsumexp, geqrf, linalg_lstsq, _add_relu.Scalar and the margin losses' backward.
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add.h>
@@ -103,6 +103,16 @@ at::Tensor add_relu_scalar(const at::Tensor& self, const at::Scalar& other, cons
   return at::add(self, other, alpha);
 }
 
+// multi_margin_loss_backward / multilabel_margin_loss_backward: self's shape.
+at::Tensor multi_margin_loss_backward(const at::Tensor&, const at::Tensor& self, const at::Tensor&, const at::Scalar&,
+                                      const at::Scalar&, const std::optional<at::Tensor>&, int64_t) {
+  return meta_like(self, self.sizes());
+}
+at::Tensor multilabel_margin_loss_backward(const at::Tensor&, const at::Tensor& self, const at::Tensor&, int64_t,
+                                           const at::Tensor&) {
+  return meta_like(self, self.sizes());
+}
+
 bool lacks_meta(const std::string& op) {  // "aten::name" or "aten::name.overload"
   const size_t dot = op.find('.');
   auto handle = c10::Dispatcher::singleton().findOp(
@@ -124,6 +134,10 @@ void register_missing_meta_kernels() {
   if (lacks_meta("aten::_logcumsumexp")) library->impl("_logcumsumexp", TORCH_FN(logcumsumexp));
   if (lacks_meta("aten::geqrf")) library->impl("geqrf", TORCH_FN(geqrf));
   if (lacks_meta("aten::linalg_lstsq")) library->impl("linalg_lstsq", TORCH_FN(linalg_lstsq));
+  if (lacks_meta("aten::multi_margin_loss_backward"))
+    library->impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward));
+  if (lacks_meta("aten::multilabel_margin_loss_backward"))
+    library->impl("multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward));
   if (lacks_meta("aten::_add_relu.Scalar")) library->impl("_add_relu.Scalar", TORCH_FN(add_relu_scalar));
 }
 

@@ -104,6 +104,41 @@ std::vector<Value> addr(LoweringContext& c) {
   return epilogue(c, p, 0, 3);
 }
 
+// _pdist_forward(self [N, M], p) -> [N (N - 1) / 2]: the p-norm distance of
+// every pair of rows i < j, in that order; as CPU's: count of differences
+// for p = 0, the largest for p = inf.
+std::vector<Value> pdist(LoweringContext& c) {
+  const TensorType& out = c.out();
+  const Value& x = c.tensor(0);
+  const int64_t n = x.shape()[0], m = x.shape()[1];
+  if (out.numel() == 0) return {c.b.constant(0, out)};
+  std::vector<int64_t> first, second;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = i + 1; j < n; ++j) first.push_back(i), second.push_back(j);
+  const int64_t pairs = static_cast<int64_t>(first.size());
+  auto rows = [&](const std::vector<int64_t>& index) {
+    stablehlo::GatherDims g;
+    g.offset_dims = {1};
+    g.collapsed_slice_dims = {0};
+    g.start_index_map = {0};
+    g.index_vector_dim = 1;
+    return c.b.gather(x, c.b.constant_array_int(index, {DType::Int64, {pairs, 1}}), g, {1, m});
+  };
+  Math k{c.b};
+  Value d = c.b.unary(stablehlo::Unary::Abs, k.sub(rows(first), rows(second)));
+  const double p = c.number(1);
+  const TensorType t = d.type;
+  auto sum = [&](const Value& v) { return c.b.reduce(v, c.b.scalar(0, t.dtype), {1}, stablehlo::Binary::Add); };
+  if (p == 0)
+    return {sum(c.b.select(c.b.compare(stablehlo::Compare::NE, d, c.b.constant(0, t)), c.b.constant(1, t),
+                           c.b.constant(0, t)))};
+  if (p == 1) return {sum(d)};
+  if (p == 2) return {c.b.unary(stablehlo::Unary::Sqrt, sum(k.mul(d, d)))};
+  if (std::isinf(p)) return {c.b.reduce(d, c.b.scalar(0, t.dtype), {1}, stablehlo::Binary::Maximum)};
+  Value s = sum(c.b.binary(stablehlo::Binary::Power, d, c.b.constant(p, t)));
+  return {c.b.binary(stablehlo::Binary::Power, s, c.b.constant(1 / p, s.type))};
+}
+
 // _cdist_forward(x1 [..., P, M], x2 [..., R, M], p, compute_mode) -> [..., P, R].
 // p = 2 goes through a matmul as CPU's does (always with compute_mode 1,
 // with 0 when P or R > 25): |a|^2 + |b|^2 - 2 a.b as one product of the
@@ -291,6 +326,7 @@ std::vector<Value> grouped_mm(LoweringContext& c) {
 LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
+LOWERING("aten::_pdist_forward", pdist);
 LOWERING("aten::_addmm_activation", addmm_activation);
 LOWERING("aten::dot", dot);
 LOWERING("aten::vdot", vdot);

@@ -240,9 +240,171 @@ std::vector<Value> binary_cross_entropy_backward(LoweringContext& c) {
   return {finish(c, r)};
 }
 
+// x[n, index[n, k]] for x [N, C] and integer index [N, K] in [0, C).
+Value pick_classes(Builder& b, const Value& x, const Value& index) {
+  Value classes = b.iota({DType::Int64, {x.shape()[0], index.shape()[1], x.shape()[1]}}, 2);
+  Value hit = b.compare(Compare::EQ, classes, b.broadcast_in_dim(index, classes.shape(), {0, 1}));
+  Value spread = b.broadcast_in_dim(x, classes.shape(), {0, 2});
+  return b.reduce(b.select(hit, spread, b.constant(0, {x.dtype(), classes.shape()})), b.scalar(0, x.dtype()), {2},
+                  Binary::Add);
+}
+
+// The per-sample weight of a reduced loss's upstream gradient, [N]:
+// g[n] (none), g / N (mean) or g (sum).
+Value per_sample_grad(LoweringContext& c, int64_t n, int64_t reduction, DType t) {
+  Value g = c.b.cast(c.tensor(0), t);
+  if (reduction == kNone) return c.b.reshape(g, {n});
+  g = c.b.broadcast_in_dim(c.b.reshape(g, {}), {n}, {});
+  if (reduction == kMean) g = c.b.binary(Binary::Divide, g, c.b.constant(static_cast<double>(n), {t, {n}}));
+  return g;
+}
+
+// multi_margin_loss's terms over x [N, C]: z = margin - x[y] + x[i] where it
+// counts (i != y and z > 0), per-sample weights w[y] / C, y as [N].
+struct MultiMargin {
+  Value x, y, z, active, scale;
+};
+MultiMargin multi_margin_terms(LoweringContext& c, size_t self, size_t target, size_t margin, size_t weight, DType t) {
+  MultiMargin m;
+  Value x = c.b.cast(c.tensor(self), t);
+  m.x = c.b.reshape(x, {x.rank() == 2 ? x.shape()[0] : 1, x.rank() == 2 ? x.shape()[1] : x.type.numel()});
+  const int64_t n = m.x.shape()[0], classes = m.x.shape()[1];
+  m.y = c.b.reshape(c.b.cast(c.tensor(target), DType::Int64), {n});
+  const TensorType yt{DType::Int64, {n}}, xt{t, m.x.shape()};
+  Value in_range = c.b.binary(Binary::And, c.b.compare(Compare::GE, m.y, c.b.constant_int(0, yt)),
+                              c.b.compare(Compare::LT, m.y, c.b.constant_int(classes, yt)));
+  c.checks.push_back({c.b.reduce(in_range, c.b.scalar(1, DType::Bool), {0}, Binary::And),
+                      "multi_margin_loss: target out of range (not in [0, " + std::to_string(classes) + "))", false});
+  Value x_y = c.b.reshape(pick_classes(c.b, m.x, c.b.reshape(m.y, {n, 1})), {n});
+  m.z = c.b.binary(
+      Binary::Add,
+      c.b.binary(Binary::Subtract, c.b.constant(c.number(margin), xt), c.b.broadcast_in_dim(x_y, m.x.shape(), {0})),
+      m.x);
+  Value not_target =
+      c.b.compare(Compare::NE, c.b.iota({DType::Int64, m.x.shape()}, 1), c.b.broadcast_in_dim(m.y, m.x.shape(), {0}));
+  m.active = c.b.binary(Binary::And, not_target, c.b.compare(Compare::GT, m.z, c.b.constant(0, xt)));
+  m.scale = c.b.constant(1.0 / static_cast<double>(classes), {t, {n}});
+  if (c.has(weight)) {
+    Value w = c.b.reshape(c.b.cast(c.tensor(weight), t), {1, classes});
+    m.scale = c.b.binary(Binary::Multiply, m.scale, c.b.reshape(pick_classes(c.b, w, c.b.reshape(m.y, {1, n})), {n}));
+  }
+  return m;
+}
+
+// multi_margin_loss(self, target, p, margin, weight?, reduction): per sample
+// the sum over classes i != y of w[y] max(0, margin - x[y] + x[i])^p, over C.
+std::vector<Value> multi_margin_loss(LoweringContext& c) {
+  const DType t = opmath_type(c.out().dtype);
+  MultiMargin m = multi_margin_terms(c, 0, 1, 3, 4, t);
+  Value h = c.integer(2) == 2 ? c.b.binary(Binary::Multiply, m.z, m.z) : m.z;
+  h = c.b.select(m.active, h, c.b.constant(0, h.type));
+  Value loss = c.b.binary(Binary::Multiply, c.b.reduce(h, c.b.scalar(0, t), {1}, Binary::Add), m.scale);
+  if (c.tensor(0).rank() < 2) loss = c.b.reshape(loss, {});
+  return {c.b.cast(c.b.reshape(reduce_loss(c, loss, c.integer(5)), c.out().shape), c.out().dtype)};
+}
+
+// multi_margin_loss_backward(grad_output, self, target, p, margin, weight?,
+// reduction): each counted term's derivative (1, or 2z for p = 2) on x[i],
+// their negated sum on x[y].
+std::vector<Value> multi_margin_loss_backward(LoweringContext& c) {
+  const DType t = opmath_type(c.out().dtype);
+  MultiMargin m = multi_margin_terms(c, 1, 2, 4, 5, t);
+  const int64_t n = m.x.shape()[0];
+  Value d =
+      c.integer(3) == 2 ? c.b.binary(Binary::Multiply, c.b.constant(2, m.z.type), m.z) : c.b.constant(1, m.z.type);
+  Value per_sample = c.b.binary(Binary::Multiply, m.scale, per_sample_grad(c, n, c.integer(6), t));
+  d = c.b.binary(Binary::Multiply, c.b.select(m.active, d, c.b.constant(0, d.type)),
+                 c.b.broadcast_in_dim(per_sample, m.x.shape(), {0}));
+  Value is_y =
+      c.b.compare(Compare::EQ, c.b.iota({DType::Int64, m.x.shape()}, 1), c.b.broadcast_in_dim(m.y, m.x.shape(), {0}));
+  Value total = c.b.broadcast_in_dim(c.b.reduce(d, c.b.scalar(0, t), {1}, Binary::Add), m.x.shape(), {0});
+  Value grad = c.b.select(is_y, c.b.unary(Unary::Negate, total), d);
+  return {c.b.cast(c.b.reshape(grad, c.out().shape), c.out().dtype)};
+}
+
+// multilabel_margin_loss's terms over x [N, C]: target holds each sample's
+// classes up to its first negative label; for [n, position, class], where the
+// position counts and the class is no target, z = 1 - x[label] + x[class].
+struct MultiLabel {
+  Value x, is_target, z, active;  // active: those terms with z > 0
+};
+MultiLabel multilabel_terms(LoweringContext& c, size_t self, size_t target, DType t) {
+  MultiLabel m;
+  Value x = c.b.cast(c.tensor(self), t);
+  m.x = c.b.reshape(x, {x.rank() == 2 ? x.shape()[0] : 1, x.rank() == 2 ? x.shape()[1] : x.type.numel()});
+  const int64_t n = m.x.shape()[0], classes = m.x.shape()[1];
+  const TensorType lt{DType::Int64, {n, classes}};
+  Value labels = c.b.reshape(c.b.cast(c.tensor(target), DType::Int64), lt.shape);
+  Value negative = c.b.compare(Compare::LT, labels, c.b.constant_int(0, lt));
+  Value first_stop = c.b.reduce(c.b.select(negative, c.b.iota(lt, 1), c.b.constant_int(classes, lt)),
+                                c.b.scalar(static_cast<double>(classes), DType::Int64), {1}, Binary::Minimum);
+  Value counted = c.b.compare(Compare::LT, c.b.iota(lt, 1), c.b.broadcast_in_dim(first_stop, lt.shape, {0}));
+  Value in_range = c.b.compare(Compare::LT, labels, c.b.constant_int(classes, lt));
+  c.checks.push_back({c.b.reduce(c.b.binary(Binary::Or, c.b.unary(Unary::Not, counted), in_range),
+                                 c.b.scalar(1, DType::Bool), {0, 1}, Binary::And),
+                      "multilabel_margin_loss: target out of range (not in [-1, " + std::to_string(classes) + "))",
+                      false});
+  Value safe = c.b.select(counted, labels, c.b.constant_int(0, lt));
+  const Shape cube{n, classes, classes};  // [n, position, class]
+  Value counted3 = c.b.broadcast_in_dim(counted, cube, {0, 1});
+  Value holds = c.b.compare(Compare::EQ, c.b.broadcast_in_dim(labels, cube, {0, 1}), c.b.iota({DType::Int64, cube}, 2));
+  m.is_target = c.b.reduce(c.b.binary(Binary::And, holds, counted3), c.b.scalar(0, DType::Bool), {1}, Binary::Or);
+  Value x_label = c.b.broadcast_in_dim(pick_classes(c.b, m.x, safe), cube, {0, 1});
+  m.z = c.b.binary(Binary::Add, c.b.binary(Binary::Subtract, c.b.constant(1, {t, cube}), x_label),
+                   c.b.broadcast_in_dim(m.x, cube, {0, 2}));
+  Value kept =
+      c.b.binary(Binary::And, counted3, c.b.unary(Unary::Not, c.b.broadcast_in_dim(m.is_target, cube, {0, 2})));
+  m.active = c.b.binary(Binary::And, kept, c.b.compare(Compare::GT, m.z, c.b.constant(0, {t, cube})));
+  return m;
+}
+
+// multilabel_margin_loss_forward(self, target, reduction) -> (output, is_target):
+// the sum of max(0, 1 - x[j] + x[i]) over target classes j and the others i, over C.
+std::vector<Value> multilabel_margin_loss(LoweringContext& c) {
+  const DType t = opmath_type(c.out().dtype);
+  MultiLabel m = multilabel_terms(c, 0, 1, t);
+  const int64_t n = m.x.shape()[0], classes = m.x.shape()[1];
+  Value h = c.b.select(m.active, m.z, c.b.constant(0, m.z.type));
+  Value loss = c.b.binary(Binary::Divide, c.b.reduce(h, c.b.scalar(0, t), {1, 2}, Binary::Add),
+                          c.b.constant(static_cast<double>(classes), {t, {n}}));
+  if (c.tensor(0).rank() < 2) loss = c.b.reshape(loss, {});
+  Value out = c.b.cast(c.b.reshape(reduce_loss(c, loss, c.integer(2)), c.out(0).shape), c.out(0).dtype);
+  const TensorType flags_t{c.out(1).dtype, {n, classes}};
+  Value flags = c.b.select(m.is_target, c.b.constant(1, flags_t), c.b.constant(0, flags_t));
+  return {out, c.b.reshape(flags, c.out(1).shape)};
+}
+
+// multilabel_margin_loss_backward(grad_output, self, target, reduction,
+// is_target): +1/C on x[class] and -1/C on x[label] per counted term.
+std::vector<Value> multilabel_margin_loss_backward(LoweringContext& c) {
+  const DType t = opmath_type(c.out().dtype);
+  MultiLabel m = multilabel_terms(c, 1, 2, t);
+  const int64_t n = m.x.shape()[0], classes = m.x.shape()[1];
+  const Shape cube{n, classes, classes};
+  Value per_sample = c.b.binary(Binary::Divide, per_sample_grad(c, n, c.integer(3), t),
+                                c.b.constant(static_cast<double>(classes), {t, {n}}));
+  Value d = c.b.select(m.active, c.b.broadcast_in_dim(per_sample, cube, {0}), c.b.constant(0, {t, cube}));
+  Value on_class = c.b.reduce(d, c.b.scalar(0, t), {1}, Binary::Add);      // [n, class]
+  Value per_position = c.b.reduce(d, c.b.scalar(0, t), {2}, Binary::Add);  // [n, position]
+  // Each position's share goes to its label's class.
+  const TensorType lt{DType::Int64, {n, classes}};
+  Value labels = c.b.reshape(c.b.cast(c.tensor(2), DType::Int64), lt.shape);
+  Value to_label =
+      c.b.compare(Compare::EQ, c.b.broadcast_in_dim(labels, cube, {0, 1}), c.b.iota({DType::Int64, cube}, 2));
+  Value on_label =
+      c.b.reduce(c.b.select(to_label, c.b.broadcast_in_dim(per_position, cube, {0, 1}), c.b.constant(0, {t, cube})),
+                 c.b.scalar(0, t), {1}, Binary::Add);
+  Value grad = c.b.binary(Binary::Subtract, on_class, on_label);
+  return {c.b.cast(c.b.reshape(grad, c.out().shape), c.out().dtype)};
+}
+
 }  // namespace
 
 LOWERING("aten::nll_loss_forward", nll_loss_forward);
+LOWERING("aten::multi_margin_loss", multi_margin_loss);
+LOWERING("aten::multilabel_margin_loss_forward", multilabel_margin_loss);
+LOWERING("aten::multi_margin_loss_backward", multi_margin_loss_backward);
+LOWERING("aten::multilabel_margin_loss_backward", multilabel_margin_loss_backward);
 LOWERING("aten::nll_loss_backward", nll_loss_backward);
 LOWERING("aten::nll_loss2d_forward", nll_loss_forward);
 LOWERING("aten::nll_loss2d_backward", nll_loss_backward);

@@ -211,7 +211,11 @@ LoweringRule in_float32(LoweringRule rule) {
 }
 
 const Value& LoweringContext::tensor(size_t i) const { return arg(args, i, LoweringArg::Tensor, "a tensor").tensor; }
-int64_t LoweringContext::integer(size_t i) const { return arg(args, i, LoweringArg::Int, "an int").i; }
+int64_t LoweringContext::integer(size_t i) const {
+  // A Scalar read as an int is part of the program too (multi_margin_loss's p).
+  if (i < args.size() && args[i].dynamic) throw NeedsStaticScalar{args[i].source};
+  return arg(args, i, LoweringArg::Int, "an int").i;
+}
 double LoweringContext::number(size_t i) const {
   if (i < args.size() && args[i].dynamic) throw NeedsStaticScalar{args[i].source};
   return arg(args, i, LoweringArg::Double, "a number").number();

@@ -399,3 +399,33 @@ def test_batch_norm_with_update(affine):
         results.append([t.cpu() for t in (out, save_mean, save_invstd, mean, var, reserve, *grads)])
     for actual, expected in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_margin_losses():
+    """multi_margin_loss (p 1 then 2 at one shape: p is part of the program,
+    not a runtime Scalar) and multilabel_margin_loss (targets up to the first
+    -1), forward and backward."""
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(6, 5, generator=g), torch.rand(5, generator=g)
+    y = torch.tensor([0, 4, 2, 2, 1, 3])
+    tol = dict(rtol=1e-5, atol=1e-6)
+    for p in (1, 2):
+        compare_fn(lambda a, p=p: F.multi_margin_loss(a, y.to(a.device), p=p), x, tol=tol)
+        weighted = lambda a, w, p=p: F.multi_margin_loss(a, y.to(a.device), p=p, margin=0.5, weight=w)  # noqa: E731
+        compare_fn(weighted, x, weight, tol=tol, grad_args=(0,))
+        compare_fn(lambda a, p=p: F.multi_margin_loss(a, y.to(a.device), p=p, reduction="none"), x, tol=tol)
+    compare_fn(lambda a: F.multi_margin_loss(a, y[0].to(a.device)), x[0], tol=tol)  # one sample, 1-D
+    labels = [
+        [3, 0, -1, 1, 1],
+        [0, 1, 2, 3, 4],
+        [-1, 2, 2, 2, 2],
+        [4, -1, 0, 0, 0],
+        [1, 1, 1, -1, 2],
+        [2, 0, -1, -1, -1],
+    ]
+    labels = torch.tensor(labels)
+    for reduction in ("mean", "sum", "none"):
+        compare_fn(lambda a, r=reduction: F.multilabel_margin_loss(a, labels.to(a.device), reduction=r), x, tol=tol)
+    compare_fn(lambda a: F.multilabel_margin_loss(a, labels[0].to(a.device)), x[0], tol=tol)
+    with torch_tpu.set_fallback("error"), pytest.raises(RuntimeError, match="target out of range"):
+        F.multi_margin_loss(x.to("tpu"), torch.tensor([0, 5, 1, 1, 1, 1], device="tpu")).cpu()

@@ -101,6 +101,8 @@ COMPLEX_TOLERANCE = {name: {"atol": 1e-5, "rtol": 1e-5} for name in ("pow", "__r
 
 # What the backend refuses by design, with a clear error: not a claimed op.
 UNSUPPORTED = re.compile(r"dtype torch\.\w+ is not supported on tpu|Sparse\w*tpu|sparse tensors")
+# Sparse layouts are out of scope (issue 14): such samples are counted apart.
+SPARSE = re.compile(r"Sparse\w*tpu|sparse tensors")
 
 COUNTS = (
     "passed",
@@ -108,6 +110,7 @@ COUNTS = (
     "failed",
     "uncovered",
     "random",
+    "sparse",
     "ops_covered",
     "ops_failed",
     "ops_uncovered",
@@ -239,6 +242,9 @@ def run_samples(opinfo, dtype):
                 summary["passed_against_wider"] += 1
             passed += 1
         except Exception as e:  # an error CPU did not raise, or a mismatch
+            if SPARSE.search(str(e)):
+                summary["sparse"] += 1
+                continue
             classify(e, i, failures, uncovered)
     return passed, failures, uncovered
 
@@ -299,7 +305,8 @@ def pytest_sessionfinish_summary():
         lines.append(
             f"OpInfo {name}: {s['passed']} samples passed, {s['failed']} failed, {s['uncovered']} uncovered "
             f"({s['passed'] / total:.1%} of all, {s['passed'] / max(covered, 1):.1%} of covered), "
-            f"{s['random']} random (not compared), {s['passed_against_wider']} passed against the wider-dtype "
+            f"{s['random']} random and {s['sparse']} sparse-layout (not compared), "
+            f"{s['passed_against_wider']} passed against the wider-dtype "
             f"reference; OpInfos covered {s['ops_covered']} "
             f"(with failures {s['ops_failed']}), not covered {s['ops_uncovered']}"
         )
