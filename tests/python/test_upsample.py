@@ -1,4 +1,4 @@
-"""Upsampling (nearest, nearest-exact, linear/bilinear/trilinear) through its
+"""Upsampling (nearest, nearest-exact, linear/bilinear/trilinear) and grid sampling through their
 lowering rules, forward and backward via autograd, compared against CPU PyTorch.
 
 Every test runs with the CPU fallback off, so an op without a rule fails here.
@@ -7,7 +7,7 @@ Every test runs with the CPU fallback off, so an op without a rule fails here.
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same
+from conftest import assert_same, compare_fn
 
 import torch_tpu
 
@@ -129,3 +129,22 @@ def test_upsample_modules():
     x = torch.randn(1, 2, 4, 4)
     check_with_grad(torch.nn.UpsamplingBilinear2d(scale_factor=2), x)
     check_with_grad(torch.nn.UpsamplingNearest2d(size=(6, 10)), x)
+
+
+# Bicubic is 2-D only (PyTorch raises for 5-D input).
+@pytest.mark.parametrize(
+    "dims,mode", [(2, "bilinear"), (2, "nearest"), (2, "bicubic"), (3, "bilinear"), (3, "nearest")]
+)
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(dims, mode, padding_mode, align_corners):
+    """F.grid_sample against CPU, grid points inside and well outside [-1, 1]
+    (every padding mode's folds) and on pixel centres (nearest's ties)."""
+    g = torch.Generator().manual_seed(dims)
+    spatial = (4, 5, 3)[:dims]
+    x = torch.randn(2, 3, *spatial, generator=g, dtype=torch.float64)
+    grid = torch.rand(2, *(3, 4, 2)[:dims], dims, generator=g, dtype=torch.float64) * 5 - 2.5
+    grid.view(-1, dims)[:4] = torch.tensor([0.0, 0.5, -1.0, 1.0], dtype=torch.float64)[:, None]
+    for dtype in (torch.float32, torch.float64):
+        fn = lambda a, gr: F.grid_sample(a, gr, mode=mode, padding_mode=padding_mode, align_corners=align_corners)  # noqa: E731
+        compare_fn(fn, x.to(dtype), grid.to(dtype), grad_args=(), tol=dict(rtol=1e-5, atol=1e-5))
