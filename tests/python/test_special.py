@@ -100,3 +100,30 @@ def test_bessel(name, dtype):
         torch.testing.assert_close(tpu, exact, rtol=1e-13, atol=1e-14)  # x = 1e5: the phase x - pi/4 rounds
         x = x[~x.isfinite()]
     same(name, fn, x, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_erfcx_log_ndtr_ndtri(dtype):
+    """Both sides of every switch (erfcx's continued fraction from 2, log_ndtr's
+    branch at -1), exp(x^2) overflowing, and ndtri down to p = 1e-37."""
+    x = torch.cat([torch.linspace(-30, 30, 241), torch.tensor([-1.0001, 1.99, 2.01, 1e10, -9.3, -9.4] + EDGES)])
+    p = torch.cat([torch.linspace(0, 1, 101), torch.logspace(-37, -1, 37), torch.tensor([0.4999, 0.5001, -0.1, 1.1])])
+    same("erfcx", torch.special.erfcx, x.to(dtype), dtype=dtype)
+    same("log_ndtr", torch.special.log_ndtr, x.to(dtype), dtype=dtype)
+    same("ndtri", torch.special.ndtri, p.to(dtype), dtype=dtype)
+
+
+def test_assert_async():
+    with torch_tpu.set_fallback("error"):
+        torch._assert_async(torch.tensor(2.0, device="tpu"))
+        token = torch.ops.aten._functional_assert_async.msg(
+            torch.tensor(1, device="tpu"), "x", torch.empty(0, device="tpu")
+        )
+        assert token.device.type == "tpu" and token.numel() == 0
+        with pytest.raises(RuntimeError, match="my message"):
+            torch.ops.aten._assert_async.msg(torch.tensor(False, device="tpu"), "my message")
+            torch.tpu.synchronize()
+        with pytest.raises(RuntimeError, match="single nonzero value"):
+            torch._assert_async(torch.tensor(0, device="tpu"))
+            torch.tpu.synchronize()
+    assert torch.ones(2, device="tpu").sum().item() == 2  # the process goes on
