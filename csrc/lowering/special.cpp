@@ -10,6 +10,7 @@
 // Results are computed in the output's opmath type and rounded once.
 #include <cmath>
 #include <functional>
+#include <utility>
 
 #include "lowering/registry.h"
 
@@ -315,36 +316,127 @@ LoweringRule bessel_k(int v, bool scaled) {
   };
 }
 
-// J_v(x) for v = 0, 1 (even and odd). Up to |x| = 20 the trapezoidal rule
-// with 64 nodes over a period of Bessel's integral
+// Hankel's expansion of J_v (or Y_v) for x > 20: sqrt(2 / (pi x)) times
+// P cos(chi) - Q sin(chi) (Y: P sin(chi) + Q cos(chi)), chi = x - (2v+1) pi/4
+// rounded in x's type as PyTorch's kernels do (NaN at infinity, as there).
+Value bessel_hankel(Builder& b, const Value& x, int v, bool y) {
+  Math m{b};
+  Value far = b.select(b.compare(Compare::GT, x, m.k(kSeriesUpTo, x)), x, m.k(kSeriesUpTo, x));
+  std::vector<double> a = bessel_asymptotic(v, false), p, q;  // a_k(v); P, Q take even and odd k, signs alternating
+  for (size_t k = 0; k < 24; ++k) (k % 2 ? q : p).push_back(k % 4 < 2 ? a[k] : -a[k]);
+  Value inv = m.div(m.k(1, far), far), inv2 = m.mul(inv, inv);
+  Value phase = m.sub(far, m.k((2 * v + 1) * M_PI / 4, x));
+  Value big_p = horner(m, p, inv2), big_q = m.mul(horner(m, q, inv2), inv);
+  Value cos = b.unary(Unary::Cos, phase), sin = b.unary(Unary::Sin, phase);
+  Value sum = y ? m.add(m.mul(big_p, sin), m.mul(big_q, cos)) : m.sub(m.mul(big_p, cos), m.mul(big_q, sin));
+  return m.mul(b.unary(Unary::Sqrt, m.div(m.k(2 / M_PI, x), far)), sum);
+}
+
+// J_v(x) for v = 0, 1 and x >= 0 up to 20: the trapezoidal rule with 64
+// nodes over a period of Bessel's integral
 // J_v(x) = 1/(2 pi) int_0^2pi cos(v theta - x sin theta) d theta, exact up to
-// J_{64+v}(x) (below 1e-24 there); past it Hankel's expansion
-// sqrt(2 / (pi x)) (P cos(x - (2v+1) pi/4) - Q sin(...)), the phase rounded in
-// x's type as PyTorch's kernels do (NaN at the infinities, as there).
+// J_{64+v}(x) (below 1e-24 there).
+Value bessel_j_integral(Builder& b, const Value& x, int v) {
+  Math m{b};
+  constexpr int nodes = 64;
+  Value near = b.clamp(m.k(0, x), x, m.k(kSeriesUpTo, x)), sum = m.k(v == 0 ? 1 : 0, x);
+  for (int j = 1; j < nodes; ++j) {  // J0: mean of cos(x sin), J1: of sin(theta) sin(x sin)
+    const double theta = 2 * M_PI * j / nodes, sine = std::sin(theta);
+    Value arg = m.mul(near, m.k(sine, x));
+    sum = m.add(sum, v == 0 ? b.unary(Unary::Cos, arg) : m.mul(m.k(sine, x), b.unary(Unary::Sin, arg)));
+  }
+  return m.div(sum, m.k(nodes, x));
+}
+
+// J_v(x) for v = 0, 1 (even and odd): the integral, then Hankel.
 LoweringRule bessel_j(int v) {
   return [v](LoweringContext& c) -> std::vector<Value> {
     Builder& b = c.b;
     Math m{b};
     Value x = b.cast(c.operand_as_output(0), opmath_type(c.out().dtype));
     Value ax = b.unary(Unary::Abs, x);
-    constexpr int nodes = 64;
-    Value near = b.clamp(m.k(0, x), ax, m.k(kSeriesUpTo, x)), sum = m.k(v == 0 ? 1 : 0, x);
-    for (int j = 1; j < nodes; ++j) {  // J0: mean of cos(x sin), J1: of sin(theta) sin(x sin)
-      const double theta = 2 * M_PI * j / nodes, sine = std::sin(theta);
-      Value arg = m.mul(near, m.k(sine, x));
-      sum = m.add(sum, v == 0 ? b.unary(Unary::Cos, arg) : m.mul(m.k(sine, x), b.unary(Unary::Sin, arg)));
-    }
-    Value integral = m.div(sum, m.k(nodes, x));
-    Value far = b.select(b.compare(Compare::GT, ax, m.k(kSeriesUpTo, x)), ax, m.k(kSeriesUpTo, x));
-    std::vector<double> a = bessel_asymptotic(v, false), p, q;  // a_k(v); P, Q take even and odd k, signs alternating
-    for (size_t k = 0; k < 24; ++k) (k % 2 ? q : p).push_back(k % 4 < 2 ? a[k] : -a[k]);
-    Value inv = m.div(m.k(1, far), far), inv2 = m.mul(inv, inv);
-    Value phase = m.sub(far, m.k((2 * v + 1) * M_PI / 4, x));
-    Value hankel = m.mul(b.unary(Unary::Sqrt, m.div(m.k(2 / M_PI, x), far)),
-                         m.sub(m.mul(horner(m, p, inv2), b.unary(Unary::Cos, phase)),
-                               m.mul(m.mul(horner(m, q, inv2), inv), b.unary(Unary::Sin, phase))));
-    Value r = b.select(b.compare(Compare::GT, ax, m.k(kSeriesUpTo, x)), hankel, integral);
+    Value r = b.select(b.compare(Compare::GT, ax, m.k(kSeriesUpTo, x)), bessel_hankel(b, ax, v, false),
+                       bessel_j_integral(b, ax, v));
     if (v == 1) r = b.select(b.compare(Compare::LT, x, m.k(0, x)), b.unary(Unary::Negate, r), r);
+    return {b.cast(r, c.out().dtype)};
+  };
+}
+
+// Gauss-Legendre nodes and weights on [0, 1] (Newton's method on P_n).
+std::pair<std::vector<double>, std::vector<double>> gauss_legendre(int n) {
+  std::vector<double> nodes(n), weights(n);
+  for (int i = 0; i < n; ++i) {
+    double z = std::cos(M_PI * (i + 0.75) / (n + 0.5)), derivative = 1;
+    for (int iteration = 0; iteration < 100; ++iteration) {
+      double p0 = 1, p1 = z;
+      for (int k = 2; k <= n; ++k) {
+        const double p2 = ((2 * k - 1) * z * p1 - (k - 1) * p0) / k;
+        p0 = p1, p1 = p2;
+      }
+      derivative = n * (z * p1 - p0) / (z * z - 1);
+      const double step = p1 / derivative;
+      z -= step;
+      if (std::abs(step) < 1e-16) break;
+    }
+    nodes[i] = (1 - z) / 2;
+    weights[i] = 1 / ((1 - z * z) * derivative * derivative);  // (2 / ((1 - z^2) P'^2)) / 2
+  }
+  return {nodes, weights};
+}
+
+// Y_v(x) for v = 0, 1: NaN below 0, -inf at 0. Below 1 the series
+// Y0 = (2/pi)((log(x/2) + gamma) J0 + sum_k>=1 (-1)^(k+1) H_k t^k / k!^2) and
+// Y1 = -2/(pi x) + (2/pi) log(x/2) J1 - (x / 2pi) sum_k (-1)^k (psi(k+1) + psi(k+2)) t^k / (k! (k+1)!),
+// t = x^2/4; up to 20 Bessel's integral
+// Y_v = (1/pi) int_0^pi sin(x sin th - v th) - (1/pi) int_0^inf (e^(vt) + (-1)^v e^(-vt)) e^(-x sinh t),
+// both by 48-node Gauss-Legendre (the second cut where e^(-x sinh t) < 1e-20); then Hankel.
+LoweringRule bessel_y(int v) {
+  return [v](LoweringContext& c) -> std::vector<Value> {
+    Builder& b = c.b;
+    Math m{b};
+    Value x = b.cast(c.operand_as_output(0), opmath_type(c.out().dtype));
+    auto k = [&](double value) { return m.k(value, x); };
+    constexpr double euler_gamma = 0.57721566490153286061;
+    // Near 0.
+    Value small = b.clamp(k(0), x, k(1)), half = m.mul(small, k(0.5)), t = m.mul(half, half);
+    Value log_half = b.unary(Unary::Log, half);
+    std::vector<double> coefficients(24);
+    double term = 1, harmonic = 0, psi1 = -euler_gamma, psi2 = 1 - euler_gamma;
+    for (size_t j = 0; j < coefficients.size(); ++j) {
+      const double sign = j % 2 ? -1 : 1;
+      if (v == 0) {
+        coefficients[j] = -sign * harmonic * term * term;  // (-1)^(j+1) H_j / j!^2
+        harmonic += 1.0 / static_cast<double>(j + 1);
+      } else {
+        coefficients[j] = sign * (psi1 + psi2) * term * term / static_cast<double>(j + 1);  // / (j! (j+1)!)
+        psi1 += 1.0 / static_cast<double>(j + 1);
+        psi2 += 1.0 / static_cast<double>(j + 2);
+      }
+      term /= static_cast<double>(j + 1);
+    }
+    Value j_v = bessel_j_integral(b, small, v), sum = horner(m, coefficients, t);
+    Value series = v == 0 ? m.mul(k(2 / M_PI), m.add(m.mul(m.add(log_half, k(euler_gamma)), j_v), sum))
+                          : m.sub(m.add(m.div(k(-2 / M_PI), small), m.mul(k(2 / M_PI), m.mul(log_half, j_v))),
+                                  m.mul(m.mul(small, k(0.5 / M_PI)), sum));
+    // The middle: the two integrals.
+    auto [nodes, weights] = gauss_legendre(48);
+    Value mid = b.clamp(k(1), x, k(kSeriesUpTo));
+    Value oscillating = k(0), decaying = k(0);
+    Value span = b.unary(Unary::Asinh, m.div(k(46), mid));  // e^(-x sinh t) < 1e-20 past it
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const double theta = M_PI * nodes[i];
+      Value arg = m.sub(m.mul(mid, k(std::sin(theta))), k(v * theta));
+      oscillating = m.add(oscillating, m.mul(k(M_PI * weights[i]), b.unary(Unary::Sin, arg)));
+      Value at = m.mul(span, k(nodes[i]));
+      Value factor = v == 0 ? k(2) : m.mul(k(2), b.unary(Unary::Sinh, at));  // e^(vt) + (-1)^v e^(-vt)
+      Value decay = b.unary(Unary::Exp, m.mul(b.unary(Unary::Negate, mid), b.unary(Unary::Sinh, at)));
+      decaying = m.add(decaying, m.mul(m.mul(span, k(weights[i])), m.mul(factor, decay)));
+    }
+    Value integral = m.div(m.sub(oscillating, decaying), k(M_PI));
+    Value r = b.select(b.compare(Compare::LT, x, k(1)), series,
+                       b.select(b.compare(Compare::GT, x, k(kSeriesUpTo)), bessel_hankel(b, x, v, true), integral));
+    r = b.select(b.compare(Compare::EQ, x, k(0)), k(-INFINITY), r);
+    r = b.select(b.compare(Compare::LT, x, k(0)), k(NAN), r);
     return {b.cast(r, c.out().dtype)};
   };
 }
@@ -470,6 +562,8 @@ LOWERING("aten::special_log_ndtr", log_ndtr);
 LOWERING("aten::special_ndtri", ndtri);
 LOWERING("aten::special_bessel_j0", bessel_j(0));
 LOWERING("aten::special_bessel_j1", bessel_j(1));
+LOWERING("aten::special_bessel_y0", bessel_y(0));
+LOWERING("aten::special_bessel_y1", bessel_y(1));
 LOWERING("aten::special_spherical_bessel_j0", spherical_bessel_j0);
 LOWERING("aten::special_modified_bessel_k0", bessel_k(0, false));
 LOWERING("aten::special_modified_bessel_k1", bessel_k(1, false));
