@@ -59,7 +59,7 @@ Value identity(Builder& b, Reduction r, DType dtype) {
   const bool is_float = stablehlo::is_float(dtype);
   const double inf = std::numeric_limits<double>::infinity();
   const int bits = static_cast<int>(stablehlo::byte_size(dtype)) * 8;
-  const bool is_unsigned = dtype == DType::UInt8 || dtype == DType::Bool;
+  const bool is_unsigned = stablehlo::is_unsigned_int(dtype) || dtype == DType::Bool;
   switch (r) {
     case Reduction::Product: return b.constant(1, scalar);
     case Reduction::BitAnd:

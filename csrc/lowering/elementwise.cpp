@@ -275,7 +275,7 @@ std::vector<Value> entr(LoweringContext& c) {
 // signbit(self): the sign bit, so -0.0 and -NaN count (floats read as integers).
 std::vector<Value> signbit(LoweringContext& c) {
   const Value& x = c.tensor(0);
-  if (x.dtype() == DType::Bool || x.dtype() == DType::UInt8) return {c.b.constant(0, c.out())};
+  if (x.dtype() == DType::Bool || stablehlo::is_unsigned_int(x.dtype())) return {c.b.constant(0, c.out())};
   if (!stablehlo::is_float(x.dtype())) return {c.b.compare(stablehlo::Compare::LT, x, c.b.constant(0, x.type))};
   const DType bits = stablehlo::byte_size(x.dtype()) == 8   ? DType::Int64
                      : stablehlo::byte_size(x.dtype()) == 4 ? DType::Int32
@@ -322,7 +322,7 @@ std::vector<Value> sign(LoweringContext& c) {
 std::vector<Value> abs(LoweringContext& c) {
   if (stablehlo::is_complex(c.tensor(0).dtype())) return {c.b.unary(Unary::Abs, c.tensor(0))};  // real-valued
   Value x = c.operand_as_output(0);
-  if (x.dtype() == DType::UInt8 || x.dtype() == DType::Bool) return {x};
+  if (stablehlo::is_unsigned_int(x.dtype()) || x.dtype() == DType::Bool) return {x};
   return {c.b.unary(Unary::Abs, x)};
 }
 
@@ -540,7 +540,7 @@ std::vector<Value> copysign(LoweringContext& c) {
 LoweringRule shift(bool left) {
   return [left](LoweringContext& c) -> std::vector<Value> {
     Value a = c.operand_as_output(0), b = c.operand_as_output(1);
-    const bool is_unsigned = a.dtype() == DType::UInt8 || a.dtype() == DType::Bool;
+    const bool is_unsigned = stablehlo::is_unsigned_int(a.dtype()) || a.dtype() == DType::Bool;
     const Binary op = left ? Binary::ShiftLeft : is_unsigned ? Binary::ShiftRightLogical : Binary::ShiftRightArithmetic;
     return {c.b.binary(op, a, b)};
   };

@@ -111,6 +111,9 @@ std::string torch_name(DType t) {
     case DType::Int32: return "torch.int32";
     case DType::Int64: return "torch.int64";
     case DType::UInt8: return "torch.uint8";
+    case DType::UInt16: return "torch.uint16";
+    case DType::UInt32: return "torch.uint32";
+    case DType::UInt64: return "torch.uint64";
     case DType::Float16: return "torch.float16";
     case DType::BFloat16: return "torch.bfloat16";
     case DType::Float32: return "torch.float32";
@@ -210,6 +213,9 @@ int64_t random_max(DType t) {
   switch (t) {
     case DType::Bool: return 1;
     case DType::UInt8: return 255;
+    case DType::UInt16: return 65535;
+    case DType::UInt32: return std::numeric_limits<uint32_t>::max();
+    case DType::UInt64: return std::numeric_limits<int64_t>::max();  // what an int64 bound holds
     case DType::Int8: return 127;
     case DType::Int16: return 32767;
     case DType::Int32: return std::numeric_limits<int32_t>::max();
@@ -224,7 +230,10 @@ int64_t random_min(DType t) {
     case DType::Int32: return std::numeric_limits<int32_t>::min();
     case DType::Int64: return std::numeric_limits<int64_t>::min();
     case DType::Bool:
-    case DType::UInt8: return 0;
+    case DType::UInt8:
+    case DType::UInt16:
+    case DType::UInt32:
+    case DType::UInt64: return 0;
     default: return -(int64_t{1} << significand_digits(t));
   }
 }

@@ -99,6 +99,9 @@ int rank_within(DType t) {
   switch (t) {
     case DType::Bool: return 0;
     case DType::UInt8: return 1;
+    case DType::UInt16: return 2;
+    case DType::UInt32: return 3;
+    case DType::UInt64: return 4;
     case DType::Int8: return 1;
     case DType::Int16: return 2;
     case DType::Int32: return 3;
@@ -150,7 +153,10 @@ DType promote(DType a, Operand a_class, DType b, Operand b_class) {
 Value lowest(Builder& b, DType t) {
   switch (t) {
     case DType::Bool: return b.constant_int(0, {t, {}});
-    case DType::UInt8: return b.constant_int(0, {t, {}});
+    case DType::UInt8:
+    case DType::UInt16:
+    case DType::UInt32:
+    case DType::UInt64: return b.constant_int(0, {t, {}});
     case DType::Int8: return b.constant_int(INT8_MIN, {t, {}});
     case DType::Int16: return b.constant_int(INT16_MIN, {t, {}});
     case DType::Int32: return b.constant_int(INT32_MIN, {t, {}});
@@ -162,6 +168,9 @@ Value highest(Builder& b, DType t) {
   switch (t) {
     case DType::Bool: return b.constant_int(1, {t, {}});
     case DType::UInt8: return b.constant_int(UINT8_MAX, {t, {}});
+    case DType::UInt16: return b.constant_int(UINT16_MAX, {t, {}});
+    case DType::UInt32: return b.constant_int(UINT32_MAX, {t, {}});
+    case DType::UInt64: return b.constant_int(-1, {t, {}});  // all bits set
     case DType::Int8: return b.constant_int(INT8_MAX, {t, {}});
     case DType::Int16: return b.constant_int(INT16_MAX, {t, {}});
     case DType::Int32: return b.constant_int(INT32_MAX, {t, {}});

@@ -152,6 +152,9 @@ PJRT_Buffer_Type pjrt_type(DType t) {
     case DType::Int32: return PJRT_Buffer_Type_S32;
     case DType::Int64: return PJRT_Buffer_Type_S64;
     case DType::UInt8: return PJRT_Buffer_Type_U8;
+    case DType::UInt16: return PJRT_Buffer_Type_U16;
+    case DType::UInt32: return PJRT_Buffer_Type_U32;
+    case DType::UInt64: return PJRT_Buffer_Type_U64;
     case DType::Float16: return PJRT_Buffer_Type_F16;
     case DType::BFloat16: return PJRT_Buffer_Type_BF16;
     case DType::Float32: return PJRT_Buffer_Type_F32;

@@ -58,6 +58,19 @@ uint16_t to_half(float f) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
 }
 
+// An integer's literal in an integer dtype: unsigned ones wrap (a uint64
+// holds the int64's bits).
+std::string int_literal(int64_t v, DType t) {
+  switch (t) {
+    case DType::Bool: return v ? "true" : "false";
+    case DType::UInt8: return std::to_string(static_cast<uint8_t>(v));
+    case DType::UInt16: return std::to_string(static_cast<uint16_t>(v));
+    case DType::UInt32: return std::to_string(static_cast<uint32_t>(v));
+    case DType::UInt64: return std::to_string(static_cast<uint64_t>(v));
+    default: return std::to_string(v);
+  }
+}
+
 // The element literal of a dense attribute, exact for every dtype (a
 // complex one is (v, 0)).
 std::string literal(double v, DType t) {
@@ -72,7 +85,11 @@ std::string literal(double v, DType t) {
     case DType::Float32: return hex(std::bit_cast<uint32_t>(static_cast<float>(v)), 8);
     case DType::Float16: return hex(to_half(static_cast<float>(v)), 4);
     case DType::BFloat16: return hex(to_bfloat16(static_cast<float>(v)), 4);
-    case DType::UInt8: return std::to_string(static_cast<uint8_t>(static_cast<int64_t>(v)));
+    case DType::UInt8:
+    case DType::UInt16:
+    case DType::UInt32:
+    case DType::UInt64:  // past int64's range only uint64 reads it as itself
+      return int_literal(v >= 9.2e18 ? static_cast<int64_t>(static_cast<uint64_t>(v)) : static_cast<int64_t>(v), t);
     default: return std::to_string(static_cast<int64_t>(v));
   }
 }
@@ -172,6 +189,9 @@ DType real_part_type(DType t) {
   return t == DType::Complex64 ? DType::Float32 : t == DType::Complex128 ? DType::Float64 : t;
 }
 bool is_signed_int(DType t) { return t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64; }
+bool is_unsigned_int(DType t) {
+  return t == DType::UInt8 || t == DType::UInt16 || t == DType::UInt32 || t == DType::UInt64;
+}
 
 size_t byte_size(DType t) {
   switch (t) {
@@ -179,11 +199,14 @@ size_t byte_size(DType t) {
     case DType::Int8:
     case DType::UInt8: return 1;
     case DType::Int16:
+    case DType::UInt16:
     case DType::Float16:
     case DType::BFloat16: return 2;
     case DType::Int32:
+    case DType::UInt32:
     case DType::Float32: return 4;
     case DType::Int64:
+    case DType::UInt64:
     case DType::Float64:
     case DType::Complex64: return 8;
     case DType::Complex128: return 16;
@@ -199,6 +222,9 @@ std::string mlir_name(DType t) {
     case DType::Int32: return "i32";
     case DType::Int64: return "i64";
     case DType::UInt8: return "ui8";
+    case DType::UInt16: return "ui16";
+    case DType::UInt32: return "ui32";
+    case DType::UInt64: return "ui64";
     case DType::Float16: return "f16";
     case DType::BFloat16: return "bf16";
     case DType::Float32: return "f32";
@@ -287,10 +313,7 @@ Value Builder::constant(double v, const TensorType& type) {
 
 Value Builder::constant_int(int64_t v, const TensorType& type) {
   if (is_float(type.dtype) || is_complex(type.dtype)) return constant(static_cast<double>(v), type);
-  std::string lit = type.dtype == DType::Bool    ? (v ? "true" : "false")
-                    : type.dtype == DType::UInt8 ? std::to_string(static_cast<uint8_t>(v))
-                                                 : std::to_string(v);
-  return emit("constant", {}, "value = dense<" + lit + "> : " + type.str(), type);
+  return emit("constant", {}, "value = dense<" + int_literal(v, type.dtype) + "> : " + type.str(), type);
 }
 
 Value Builder::iota(const TensorType& type, int64_t dimension) {
@@ -1108,9 +1131,7 @@ Value Builder::constant_array_int(const std::vector<int64_t>& values, const Tens
   literals.reserve(values.size());
   for (int64_t v : values)
     literals.push_back(is_float(type.dtype) || is_complex(type.dtype) ? literal(static_cast<double>(v), type.dtype)
-                       : type.dtype == DType::Bool                    ? (v ? "true" : "false")
-                       : type.dtype == DType::UInt8                   ? std::to_string(static_cast<uint8_t>(v))
-                                                                      : std::to_string(v));
+                                                                      : int_literal(v, type.dtype));
   return constant_elements(literals, type);
 }
 

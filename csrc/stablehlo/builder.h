@@ -13,13 +13,30 @@
 
 namespace torch_tpu::stablehlo {
 
-enum class DType { Bool, Int8, Int16, Int32, Int64, UInt8, Float16, BFloat16, Float32, Float64, Complex64, Complex128 };
+enum class DType {
+  Bool,
+  Int8,
+  Int16,
+  Int32,
+  Int64,
+  UInt8,
+  UInt16,
+  UInt32,
+  UInt64,
+  Float16,
+  BFloat16,
+  Float32,
+  Float64,
+  Complex64,
+  Complex128
+};
 
 bool is_float(DType t);  // real floating point (not complex)
 bool is_complex(DType t);
 // The real type of a complex one's parts (complex64 -> float32); the dtype itself otherwise.
 DType real_part_type(DType t);
 bool is_signed_int(DType t);
+bool is_unsigned_int(DType t);  // uint8 .. uint64 (not bool)
 size_t byte_size(DType t);
 std::string mlir_name(DType t);  // "f32", "i1", "ui8", ...
 

@@ -63,3 +63,30 @@ def test_bool_scalar_reads():
     assert bool(torch.tensor([1.0], device="tpu")) is True
     assert torch.tensor(3, device="tpu").item() == 3
     assert torch.tensor([[1, 2]], dtype=torch.int16, device="tpu").tolist() == [[1, 2]]
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_wide_unsigned_dtypes(dtype):
+    """uint16 / uint32 / uint64 (PyTorch's barebones unsigned dtypes): storage,
+    printing, casts, the values past the signed range, and the ops CPU
+    implements for them; the rest raise CPU's own error."""
+    top = {torch.uint16: 65535, torch.uint32: 2**32 - 1, torch.uint64: 2**63 + 5}[dtype]
+    x = torch.tensor([0, 1, 7, 300, top], dtype=dtype)
+    t = x.to("tpu")
+    assert torch.equal(t.cpu(), x) and t[4].item() == top
+    assert " ".join(repr(t).split()).replace(" device='tpu:0',", "") == " ".join(repr(x).split())
+    signed = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}[dtype]
+    with torch_tpu.set_fallback("error"):
+        for fn in (
+            lambda a: a * 3,
+            lambda a: a.sum(),
+            lambda a: a.float(),
+            lambda a: a & 6,
+            lambda a: a.view(signed),
+            lambda a: torch.cat([a, a])[3:],
+            lambda a: a.to(torch.int64),
+            lambda a: torch.arange(5).to(a.device).to(dtype),
+        ):
+            assert_same(fn(t), fn(x))
+        with pytest.raises(RuntimeError, match="not implemented for"):
+            (t + t).cpu()  # as on CPU: add has no kernel for these dtypes
