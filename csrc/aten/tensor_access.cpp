@@ -113,6 +113,8 @@ DType to_dtype(at::ScalarType t) {
     case at::kUInt16: return DType::UInt16;
     case at::kUInt32: return DType::UInt32;
     case at::kUInt64: return DType::UInt64;
+    case at::kFloat8_e4m3fn: return DType::Float8E4M3FN;
+    case at::kFloat8_e5m2: return DType::Float8E5M2;
     case at::kHalf: return DType::Float16;
     case at::kBFloat16: return DType::BFloat16;
     case at::kFloat: return DType::Float32;
@@ -122,7 +124,8 @@ DType to_dtype(at::ScalarType t) {
     default:
       TORCH_CHECK_TYPE(false, "torch_tpu: dtype torch.", c10::getDtypeNames(t).first,
                        " is not supported on tpu. Supported: float32, bfloat16, float16, float64, complex64, "
-                       "complex128, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool. Convert the tensor "
+                       "complex128, float8_e4m3fn, float8_e5m2, int8, int16, int32, int64, uint8, uint16, uint32, "
+                       "uint64, bool. Convert the tensor "
                        "first, e.g. x.float().");
   }
 }
@@ -138,6 +141,8 @@ at::ScalarType to_scalar_type(DType t) {
     case DType::UInt16: return at::kUInt16;
     case DType::UInt32: return at::kUInt32;
     case DType::UInt64: return at::kUInt64;
+    case DType::Float8E4M3FN: return at::kFloat8_e4m3fn;
+    case DType::Float8E5M2: return at::kFloat8_e5m2;
     case DType::Float16: return at::kHalf;
     case DType::BFloat16: return at::kBFloat16;
     case DType::Float32: return at::kFloat;

@@ -104,6 +104,27 @@ std::vector<Value> addr(LoweringContext& c) {
   return epilogue(c, p, 0, 3);
 }
 
+// _scaled_mm(self [M, K], mat2 [K, N], scale_a, scale_b, bias?, scale_result?,
+// out_dtype, use_fast_accum): the float8 matmul. As CPU's: each operand in
+// float32 times its scale (one value, or per row of self [M, 1] and per
+// column of mat2 [1, N]), the product plus bias, divided by scale_result for
+// a float8 result.
+std::vector<Value> scaled_mm(LoweringContext& c) {
+  const TensorType& out = c.out();
+  Math m{c.b};
+  const DType f = DType::Float32;
+  auto scaled = [&](size_t operand, size_t scale) {
+    Value x = c.b.cast(c.tensor(operand), f), s = c.b.cast(c.tensor(scale), f);
+    if (s.type.numel() == 1) return m.mul(x, m.bcast(s, x));
+    return m.mul(x, c.b.broadcast_to(s, x.shape()));
+  };
+  Value p = c.b.dot_general(scaled(0, 2), scaled(1, 3), {}, {}, {1}, {0});
+  if (c.has(4)) p = m.add(p, c.b.broadcast_to(c.b.cast(c.tensor(4), f), p.shape()));
+  if (c.has(5) && (out.dtype == DType::Float8E4M3FN || out.dtype == DType::Float8E5M2))
+    p = m.div(p, m.bcast(c.b.cast(c.tensor(5), f), p));
+  return {c.b.cast(p, out.dtype)};
+}
+
 // _pdist_forward(self [N, M], p) -> [N (N - 1) / 2]: the p-norm distance of
 // every pair of rows i < j, in that order; as CPU's: count of differences
 // for p = 0, the largest for p = inf.
@@ -327,6 +348,7 @@ LOWERING("aten::mm", mm);
 LOWERING("aten::bmm", bmm);
 LOWERING("aten::addmm", addmm);
 LOWERING("aten::_pdist_forward", pdist);
+LOWERING("aten::_scaled_mm", scaled_mm);
 LOWERING("aten::_addmm_activation", addmm_activation);
 LOWERING("aten::dot", dot);
 LOWERING("aten::vdot", vdot);

@@ -33,6 +33,8 @@ Value random_bits(Builder& b, const Value& key, const Shape& shape, DType bits) 
 
 int significand_digits(DType t) {
   switch (t) {
+    case DType::Float8E4M3FN: return 4;
+    case DType::Float8E5M2: return 3;
     case DType::Float16: return 11;
     case DType::BFloat16: return 8;
     case DType::Float32: return 24;
@@ -114,6 +116,8 @@ std::string torch_name(DType t) {
     case DType::UInt16: return "torch.uint16";
     case DType::UInt32: return "torch.uint32";
     case DType::UInt64: return "torch.uint64";
+    case DType::Float8E4M3FN: return "torch.float8_e4m3fn";
+    case DType::Float8E5M2: return "torch.float8_e5m2";
     case DType::Float16: return "torch.float16";
     case DType::BFloat16: return "torch.bfloat16";
     case DType::Float32: return "torch.float32";

@@ -106,6 +106,8 @@ int rank_within(DType t) {
     case DType::Int16: return 2;
     case DType::Int32: return 3;
     case DType::Int64: return 4;
+    case DType::Float8E4M3FN:
+    case DType::Float8E5M2: return 0;
     case DType::Float16: return 1;
     case DType::BFloat16: return 1;
     case DType::Float32: return 3;
@@ -161,6 +163,7 @@ Value lowest(Builder& b, DType t) {
     case DType::Int16: return b.constant_int(INT16_MIN, {t, {}});
     case DType::Int32: return b.constant_int(INT32_MIN, {t, {}});
     case DType::Int64: return b.constant_int(INT64_MIN, {t, {}});
+    case DType::Float8E4M3FN: return b.scalar(-448, t);  // no infinities
     default: return b.scalar(-INFINITY, t);
   }
 }
@@ -175,6 +178,7 @@ Value highest(Builder& b, DType t) {
     case DType::Int16: return b.constant_int(INT16_MAX, {t, {}});
     case DType::Int32: return b.constant_int(INT32_MAX, {t, {}});
     case DType::Int64: return b.constant_int(INT64_MAX, {t, {}});
+    case DType::Float8E4M3FN: return b.scalar(448, t);
     default: return b.scalar(INFINITY, t);
   }
 }

@@ -116,7 +116,11 @@ std::vector<std::string> registered_ops();
 
 // The type PyTorch computes a dtype's math in (its opmath / accumulation
 // type): float32 for bfloat16 and float16, the dtype itself otherwise.
-inline DType opmath_type(DType t) { return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t; }
+inline DType opmath_type(DType t) {
+  return t == DType::BFloat16 || t == DType::Float16 || t == DType::Float8E4M3FN || t == DType::Float8E5M2
+             ? DType::Float32
+             : t;
+}
 
 // `rule` computed in float32 where the outputs are bfloat16 or float16 and
 // rounded once at the end (PyTorch's opmath: what its CPU and CUDA kernels

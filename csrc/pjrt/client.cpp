@@ -495,7 +495,9 @@ size_t element_size(PJRT_Buffer_Type type) {
   switch (type) {
     case PJRT_Buffer_Type_PRED:
     case PJRT_Buffer_Type_S8:
-    case PJRT_Buffer_Type_U8: return 1;
+    case PJRT_Buffer_Type_U8:
+    case PJRT_Buffer_Type_F8E5M2:
+    case PJRT_Buffer_Type_F8E4M3FN: return 1;
     case PJRT_Buffer_Type_S16:
     case PJRT_Buffer_Type_U16:
     case PJRT_Buffer_Type_F16:

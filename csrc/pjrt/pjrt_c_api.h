@@ -192,6 +192,8 @@ typedef enum {
   PJRT_Buffer_Type_BF16,
   PJRT_Buffer_Type_C64,
   PJRT_Buffer_Type_C128,
+  PJRT_Buffer_Type_F8E5M2,
+  PJRT_Buffer_Type_F8E4M3FN,
 } PJRT_Buffer_Type;
 
 typedef enum {

@@ -155,6 +155,8 @@ PJRT_Buffer_Type pjrt_type(DType t) {
     case DType::UInt16: return PJRT_Buffer_Type_U16;
     case DType::UInt32: return PJRT_Buffer_Type_U32;
     case DType::UInt64: return PJRT_Buffer_Type_U64;
+    case DType::Float8E4M3FN: return PJRT_Buffer_Type_F8E4M3FN;
+    case DType::Float8E5M2: return PJRT_Buffer_Type_F8E5M2;
     case DType::Float16: return PJRT_Buffer_Type_F16;
     case DType::BFloat16: return PJRT_Buffer_Type_BF16;
     case DType::Float32: return PJRT_Buffer_Type_F32;

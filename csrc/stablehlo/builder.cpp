@@ -58,6 +58,29 @@ uint16_t to_half(float f) {
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
 }
 
+// Round-to-nearest-even narrowing of a float to float8 bits: e5m2 is half
+// precision's top byte; e4m3fn (bias 7, no infinities) saturates at 448 as
+// PyTorch's conversion does.
+uint8_t to_float8_e5m2(float f) {
+  const uint16_t h = to_half(f);
+  if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) return static_cast<uint8_t>((h >> 8) | 0x02);  // NaN stays NaN
+  return static_cast<uint8_t>((h + 0x7F + ((h >> 8) & 1)) >> 8);
+}
+uint8_t to_float8_e4m3fn(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return 0x7F;
+  if (a == 0) return sign;
+  if (a >= 464) return static_cast<uint8_t>(sign | 0x7E);  // 448 and up (464 rounds past it)
+  int e = 0;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
+  int biased = e - 1 + 7;
+  if (biased < 1) return static_cast<uint8_t>(sign | static_cast<int>(std::nearbyint(std::ldexp(a, 9))));  // subnormal
+  int mantissa = static_cast<int>(std::nearbyint((std::ldexp(a, -(e - 1)) - 1) * 8));
+  if (mantissa == 8) mantissa = 0, ++biased;
+  return static_cast<uint8_t>(sign | (biased << 3) | mantissa);
+}
+
 // An integer's literal in an integer dtype: unsigned ones wrap (a uint64
 // holds the int64's bits).
 std::string int_literal(int64_t v, DType t) {
@@ -85,6 +108,8 @@ std::string literal(double v, DType t) {
     case DType::Float32: return hex(std::bit_cast<uint32_t>(static_cast<float>(v)), 8);
     case DType::Float16: return hex(to_half(static_cast<float>(v)), 4);
     case DType::BFloat16: return hex(to_bfloat16(static_cast<float>(v)), 4);
+    case DType::Float8E4M3FN: return hex(to_float8_e4m3fn(static_cast<float>(v)), 2);
+    case DType::Float8E5M2: return hex(to_float8_e5m2(static_cast<float>(v)), 2);
     case DType::UInt8:
     case DType::UInt16:
     case DType::UInt32:
@@ -182,7 +207,8 @@ bool is_permutation(const std::vector<int64_t>& p, int64_t rank) {
 }  // namespace
 
 bool is_float(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;
+  return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64 ||
+         t == DType::Float8E4M3FN || t == DType::Float8E5M2;
 }
 bool is_complex(DType t) { return t == DType::Complex64 || t == DType::Complex128; }
 DType real_part_type(DType t) {
@@ -197,7 +223,9 @@ size_t byte_size(DType t) {
   switch (t) {
     case DType::Bool:
     case DType::Int8:
-    case DType::UInt8: return 1;
+    case DType::UInt8:
+    case DType::Float8E4M3FN:
+    case DType::Float8E5M2: return 1;
     case DType::Int16:
     case DType::UInt16:
     case DType::Float16:
@@ -225,6 +253,8 @@ std::string mlir_name(DType t) {
     case DType::UInt16: return "ui16";
     case DType::UInt32: return "ui32";
     case DType::UInt64: return "ui64";
+    case DType::Float8E4M3FN: return "f8E4M3FN";
+    case DType::Float8E5M2: return "f8E5M2";
     case DType::Float16: return "f16";
     case DType::BFloat16: return "bf16";
     case DType::Float32: return "f32";
@@ -395,6 +425,10 @@ Value Builder::convert(const Value& x, DType to) {
   // select(pred, c, 0), so false * inf (or false / 0) gave 0 instead of NaN.
   if (x.dtype() == DType::Bool && is_float(to))
     return select(x, constant(1, {to, x.shape()}), constant(0, {to, x.shape()}));
+  // float8_e4m3fn has no infinities: PyTorch saturates at +-448 where XLA gives NaN.
+  if (to == DType::Float8E4M3FN && is_float(x.dtype()) && byte_size(x.dtype()) > 1)
+    return emit("convert", {clamp(constant(-448, {x.dtype(), {}}), x, constant(448, {x.dtype(), {}}))}, "",
+                {to, x.shape()});
   return emit("convert", {x}, "", {to, x.shape()});
 }
 

@@ -13,6 +13,7 @@
 
 namespace torch_tpu::stablehlo {
 
+// New dtypes go last: a dtype's number is part of the disk cache's keys.
 enum class DType {
   Bool,
   Int8,
@@ -20,15 +21,17 @@ enum class DType {
   Int32,
   Int64,
   UInt8,
-  UInt16,
-  UInt32,
-  UInt64,
   Float16,
   BFloat16,
   Float32,
   Float64,
   Complex64,
-  Complex128
+  Complex128,
+  UInt16,
+  UInt32,
+  UInt64,
+  Float8E4M3FN,
+  Float8E5M2
 };
 
 bool is_float(DType t);  // real floating point (not complex)

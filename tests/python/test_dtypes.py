@@ -90,3 +90,41 @@ def test_wide_unsigned_dtypes(dtype):
             assert_same(fn(t), fn(x))
         with pytest.raises(RuntimeError, match="not implemented for"):
             (t + t).cpu()  # as on CPU: add has no kernel for these dtypes
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_float8(dtype):
+    """float8 storage and casts bit for bit as CPU's (e4m3fn saturating at 448,
+    subnormals, ties to even), and the float8 matmul _scaled_mm (per-tensor and
+    row-wise scales, bias, a float8 result with scale_result)."""
+    values = [0.0, -0.0, 1, 2, -3.5, 448, 464, 479, 1e-3, 0.3, 17, -240, 2**-9, 2**-10, 57344, 1e5, float("inf")]
+    v = torch.tensor(values + [-x for x in values[2:]])
+    g = torch.Generator().manual_seed(0)
+    with torch_tpu.set_fallback("error"):
+        for source in (v, torch.randn(1000, generator=g) * 30):
+            for wide in (torch.float32, torch.bfloat16, torch.float16):
+                x = source.to(wide)
+                assert torch.equal(x.to("tpu").to(dtype).cpu().view(torch.uint8), x.to(dtype).view(torch.uint8))
+        f8 = v.to(dtype)
+        t = f8.to("tpu")
+        assert torch.equal(t.cpu().view(torch.uint8), f8.view(torch.uint8))
+        assert_same(t.float(), f8.float())
+        assert torch.equal(torch.cat([t, t]).cpu().view(torch.uint8), torch.cat([f8, f8]).view(torch.uint8))
+        a = (torch.randn(16, 32, generator=g) * 4).to(dtype)
+        b = (torch.randn(16, 32, generator=g) * 4).to(torch.float8_e4m3fn).t()
+        cases = [
+            (torch.tensor(0.5), torch.tensor(2.0), dict(out_dtype=torch.float32)),
+            (torch.rand(16, 1, generator=g), torch.rand(1, 16, generator=g), dict(out_dtype=torch.float32)),
+            (
+                torch.tensor(0.5),
+                torch.tensor(2.0),
+                dict(bias=torch.randn(16, generator=g).bfloat16(), out_dtype=torch.bfloat16),
+            ),
+            (torch.tensor(0.5), torch.tensor(2.0), dict(out_dtype=torch.float8_e4m3fn, scale_result=torch.tensor(4.0))),
+        ]
+        for scale_a, scale_b, kw in cases:
+            expected = torch._scaled_mm(a, b, scale_a, scale_b, **kw)
+            on_tpu = {k: w.to("tpu") if isinstance(w, torch.Tensor) else w for k, w in kw.items()}
+            actual = torch._scaled_mm(a.to("tpu"), b.to("tpu"), scale_a.to("tpu"), scale_b.to("tpu"), **on_tpu)
+            assert actual.dtype == expected.dtype
+            torch.testing.assert_close(actual.cpu().float(), expected.float(), rtol=1e-5, atol=1e-5)

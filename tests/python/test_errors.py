@@ -67,8 +67,8 @@ def test_op_without_lowering_names_the_op_when_fallback_is_off():
 
 
 def test_unsupported_dtype_is_named():
-    with pytest.raises(TypeError, match="torch.float8_e4m3fn is not supported on tpu"):
-        torch.zeros(2, dtype=torch.float8_e4m3fn, device="tpu")
+    with pytest.raises(TypeError, match="torch.float8_e4m3fnuz is not supported on tpu"):
+        torch.zeros(2, dtype=torch.float8_e4m3fnuz, device="tpu")
 
 
 def test_bad_shapes_raise_pytorchs_error():
