@@ -131,3 +131,29 @@ def test_assert_async():
             torch._assert_async(torch.tensor(0, device="tpu"))
             torch.tpu.synchronize()
     assert torch.ones(2, device="tpu").sum().item() == 2  # the process goes on
+
+
+@pytest.mark.parametrize("name", ["igamma", "igammac"])
+def test_incomplete_gamma(name):
+    """float32 against CPU, from small a to a ~ x ~ 300 (where a log x rounds)
+    and the boundary values; float64 against mpmath (PyTorch's own float64 is
+    1e-10 off near a ~ x ~ 200)."""
+    import mpmath
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.cat([torch.rand(200, generator=g) * 10, torch.rand(60, generator=g) * 300])
+    x = torch.cat([torch.rand(200, generator=g) * 12, a[200:] * (0.8 + 0.4 * torch.rand(60, generator=g))])
+    edges_a = torch.tensor([0.0, 0.0, 1, 2, 1e-3, math.inf, 5, math.inf, -1, 3, math.nan])
+    edges_x = torch.tensor([1.0, 0, 0, math.inf, 2, 3, math.inf, math.inf, 1, -2, 1])
+    fn = getattr(torch, name)
+    same(name, fn, torch.cat([a, edges_a]), torch.cat([x, edges_x]), dtype=torch.float32)
+    a64, x64 = a[::4].double(), x[::4].double()
+    with torch_tpu.set_fallback("error"):
+        tpu = fn(a64.to("tpu"), x64.to("tpu")).cpu()
+    exact = [
+        mpmath.gammainc(u, 0 if name == "igamma" else v, v if name == "igamma" else mpmath.inf, regularized=True)
+        for u, v in zip(a64.tolist(), x64.tolist(), strict=True)
+    ]
+    torch.testing.assert_close(
+        tpu, torch.tensor([float(e) for e in exact], dtype=torch.float64), rtol=1e-12, atol=1e-14
+    )
