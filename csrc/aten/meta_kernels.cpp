@@ -1,7 +1,8 @@
 // Meta kernels (output shapes and dtypes) for ops PyTorch ships without one,
 // so that the general kernel can lower them: the fused GRU cell, which
 // nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
-// _logcumsumexp, geqrf, linalg_lstsq, _add_relu.Scalar and the margin losses' backward.
+// _logcumsumexp, geqrf, linalg_lstsq, _add_relu.Scalar, the margin losses' and
+// fractional_max_pool3d's backward.
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add.h>
@@ -113,6 +114,12 @@ at::Tensor multilabel_margin_loss_backward(const at::Tensor&, const at::Tensor& 
   return meta_like(self, self.sizes());
 }
 
+// fractional_max_pool3d_backward: self's shape.
+at::Tensor fractional_max_pool3d_backward(const at::Tensor&, const at::Tensor& self, at::IntArrayRef, at::IntArrayRef,
+                                          const at::Tensor&) {
+  return meta_like(self, self.sizes());
+}
+
 bool lacks_meta(const std::string& op) {  // "aten::name" or "aten::name.overload"
   const size_t dot = op.find('.');
   auto handle = c10::Dispatcher::singleton().findOp(
@@ -138,6 +145,8 @@ void register_missing_meta_kernels() {
     library->impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward));
   if (lacks_meta("aten::multilabel_margin_loss_backward"))
     library->impl("multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward));
+  if (lacks_meta("aten::fractional_max_pool3d_backward"))
+    library->impl("fractional_max_pool3d_backward", TORCH_FN(fractional_max_pool3d_backward));
   if (lacks_meta("aten::_add_relu.Scalar")) library->impl("_add_relu.Scalar", TORCH_FN(add_relu_scalar));
 }
 

@@ -168,6 +168,106 @@ LoweringRule max_unpool(size_t n) {
   };
 }
 
+// fractional_max_pool{2,3}d(self, kernel_size, output_size, random_samples)
+// -> (output, indices): window starts from each plane's random samples as
+// PyTorch's generate_intervals draws them (int((i + u) alpha) - int(u alpha),
+// alpha = (in - k) / (out - 1), truncated; the last window at the end), then the max of
+// each window and its flat index in the plane (the first of equal values; a
+// NaN wins, the last one scanned). Samples [N, C, n] give W, H (2-D) or T, H, W (3-D).
+LoweringRule fractional_max_pool(int64_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    Builder& b = c.b;
+    Value x = c.tensor(0);
+    if (x.rank() == n + 1) {
+      Shape batched = x.shape();
+      batched.insert(batched.begin(), 1);
+      x = b.reshape(x, batched);
+    }
+    if (c.out(0).numel() == 0) return {b.constant(0, c.out(0)), b.constant_int(0, c.out(1))};
+    const std::vector<int64_t>& kernel = c.ints(1);
+    const std::vector<int64_t>& out_size = c.ints(2);
+    const int64_t batch = x.shape()[0], channels = x.shape()[1];
+    // In the input's dtype, every step rounded, as PyTorch's scalar_t arithmetic.
+    const DType t = x.dtype();
+    Value samples = b.cast(c.tensor(3), t);
+    // The window grid: [N, C, O_0 .. O_n-1, K_0 .. K_n-1].
+    Shape grid{batch, channels};
+    for (int64_t i = 0; i < n; ++i) grid.push_back(out_size[i]);
+    for (int64_t i = 0; i < n; ++i) grid.push_back(kernel[i]);
+    const TensorType it{DType::Int64, grid};
+    Value flat = b.constant_int(0, it), order = b.constant_int(0, it);
+    std::vector<Value> columns;
+    Shape column_shape = grid;
+    column_shape.push_back(1);
+    int64_t plane_stride = 1, kernel_stride = 1;
+    for (int64_t i = n - 1; i >= 0; --i) {
+      const int64_t in = x.shape()[2 + i], k = kernel[i], o = out_size[i];
+      const int64_t sample = n == 2 ? n - 1 - i : i;
+      std::vector<int64_t> start(3, 0), limit{batch, channels, sample + 1};
+      start[2] = sample;
+      Value u = b.reshape(b.slice(samples, start, limit, {1, 1, 1}), {batch, channels});
+      const TensorType seq_t{t, {batch, channels, o}};
+      Value starts;
+      if (o > 1) {
+        Value alpha = b.scalar(static_cast<double>(in - k) / static_cast<double>(o - 1), t);
+        Value alpha_b = b.broadcast_to(alpha, seq_t.shape);
+        Value ub = b.broadcast_in_dim(u, seq_t.shape, {0, 1});
+        Value j = b.iota(seq_t, 2);
+        // Truncated to integers each (static_cast, as PyTorch), then subtracted.
+        Value first = b.convert(b.binary(Binary::Multiply, b.binary(Binary::Add, j, ub), alpha_b), DType::Int64);
+        Value base = b.convert(b.binary(Binary::Multiply, ub, alpha_b), DType::Int64);
+        starts = b.binary(Binary::Subtract, first, base);
+        Value last = b.compare(Compare::EQ, b.iota({DType::Int64, seq_t.shape}, 2),
+                               b.constant_int(o - 1, {DType::Int64, seq_t.shape}));
+        starts = b.select(last, b.constant_int(in - k, {DType::Int64, seq_t.shape}), starts);
+      } else {
+        starts = b.constant_int(in - k, {DType::Int64, seq_t.shape});
+      }
+      Value offset = b.iota(it, 2 + n + i);
+      Value pos = b.binary(Binary::Add, b.broadcast_in_dim(starts, grid, {0, 1, 2 + i}), offset);
+      flat = b.binary(Binary::Add, flat, b.binary(Binary::Multiply, pos, b.constant_int(plane_stride, it)));
+      order = b.binary(Binary::Add, order, b.binary(Binary::Multiply, offset, b.constant_int(kernel_stride, it)));
+      columns.insert(columns.begin(), b.reshape(pos, column_shape));
+      plane_stride *= in;
+      kernel_stride *= k;
+    }
+    stablehlo::GatherDims g;
+    g.operand_batching_dims = {0, 1};
+    g.start_indices_batching_dims = {0, 1};
+    for (int64_t i = 0; i < n; ++i) g.collapsed_slice_dims.push_back(2 + i), g.start_index_map.push_back(2 + i);
+    g.index_vector_dim = static_cast<int64_t>(grid.size());
+    Value v = b.gather(x, b.concatenate(columns, g.index_vector_dim), g, std::vector<int64_t>(x.rank(), 1));
+    std::vector<int64_t> window_dims;
+    for (int64_t i = 0; i < n; ++i) window_dims.push_back(2 + n + i);
+    std::vector<int64_t> kept(2 + n);
+    for (int64_t i = 0; i < 2 + n; ++i) kept[i] = i;
+    Value nan = b.compare(Compare::NE, v, v);
+    Value any_nan = b.reduce(nan, b.scalar(0, DType::Bool), window_dims, Binary::Or);
+    Value top = b.reduce(v, lowest(b, v.dtype()), window_dims, Binary::Maximum);
+    top = b.select(any_nan, b.constant(NAN, top.type), top);
+    // The chosen element's scan position: the last NaN, else the first maximum.
+    Value is_top = b.compare(Compare::EQ, v, b.broadcast_in_dim(top, grid, kept));
+    Value last_nan = b.reduce(b.select(nan, order, b.constant_int(-1, it)), b.constant_int(-1, {DType::Int64, {}}),
+                              window_dims, Binary::Maximum);
+    Value first_top = b.reduce(b.select(is_top, order, b.constant_int(INT64_MAX, it)),
+                               b.constant_int(INT64_MAX, {DType::Int64, {}}), window_dims, Binary::Minimum);
+    Value chosen = b.select(any_nan, last_nan, first_top);
+    Value at = b.compare(Compare::EQ, order, b.broadcast_in_dim(chosen, grid, kept));
+    Value index = b.reduce(b.select(at, flat, b.constant_int(-1, it)), b.constant_int(-1, {DType::Int64, {}}),
+                           window_dims, Binary::Maximum);
+    return {b.reshape(b.cast(top, c.out(0).dtype), c.out(0).shape), b.reshape(index, c.out(1).shape)};
+  };
+}
+
+// fractional_max_pool{2,3}d_backward(grad_output, self, kernel_size, output_size, indices)
+LoweringRule fractional_max_pool_backward(size_t n) {
+  return [n](LoweringContext& c) -> std::vector<Value> {
+    const Value &grad = c.tensor(0), &indices = c.tensor(4);
+    if (c.out().numel() == 0 || grad.type.numel() == 0) return {c.b.constant(0, c.out())};
+    return {indexed_gradient(c, grad, indices, n)};
+  };
+}
+
 LoweringRule max_pool_backward(size_t n) {
   return [n](LoweringContext& c) -> std::vector<Value> {
     const Value &grad = c.tensor(0), &indices = c.tensor(7);
@@ -479,6 +579,10 @@ LOWERING("aten::avg_pool3d_backward", avg_pool_backward(3));
 LOWERING("aten::_adaptive_avg_pool2d", adaptive_avg_pool(2));
 LOWERING("aten::adaptive_max_pool2d", adaptive_max_pool(2));
 LOWERING("aten::max_unpool2d", max_unpool(2));
+LOWERING("aten::fractional_max_pool2d", fractional_max_pool(2));
+LOWERING("aten::fractional_max_pool3d", fractional_max_pool(3));
+LOWERING("aten::fractional_max_pool2d_backward", fractional_max_pool_backward(2));
+LOWERING("aten::fractional_max_pool3d_backward", fractional_max_pool_backward(3));
 LOWERING("aten::max_unpool3d", max_unpool(3));
 LOWERING("aten::adaptive_max_pool3d", adaptive_max_pool(3));
 LOWERING("aten::adaptive_max_pool2d_backward", adaptive_max_pool_backward(2));

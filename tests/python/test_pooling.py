@@ -7,7 +7,7 @@ Every test runs with the CPU fallback off, so an op without a rule fails here.
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_same
+from conftest import assert_same, compare_fn
 
 import torch_tpu
 
@@ -143,3 +143,30 @@ def test_adaptive_avg_pool2d_not_divisible_runs_on_cpu():
     x = torch.randn(1, 2, 7, 5)
     with torch_tpu.set_fallback("cpu"):
         check_with_grad(lambda t: F.adaptive_avg_pool2d(t, (3, 2)), x)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("batched", [True, False])
+def test_fractional_max_pool(dims, batched):
+    """Given random samples (also outside [0, 1): PyTorch truncates, not
+    floors), the windows, maxima and indices equal CPU's; the backward adds
+    the gradient back at those indices. A NaN in a window wins."""
+    g = torch.Generator().manual_seed(dims)
+    shape = (2, 3, 9, 7, 8)[: 2 + dims]
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    x.view(-1)[5] = float("nan")
+    samples = torch.rand(2, 3, dims, generator=g, dtype=torch.float64)
+    samples[0, 0] = torch.tensor([-0.7, 1.9, 0.2][:dims])
+    if not batched:
+        x, samples = x[0], samples[:1]
+    pool = F.fractional_max_pool2d if dims == 2 else F.fractional_max_pool3d
+    kernel, out = ((2, 3), (4, 3)) if dims == 2 else ((2, 3, 2), (3, 2, 5))
+
+    def fn(a):
+        values, indices = pool(
+            a, kernel, output_size=out, return_indices=True, _random_samples=samples.to(a.device, a.dtype)
+        )
+        return values.nan_to_num(100.0) + indices.to(a.dtype) * 1e-3
+
+    for dtype in (torch.float32, torch.float64):
+        compare_fn(fn, x.to(dtype))
