@@ -2,7 +2,7 @@
 // so that the general kernel can lower them: the fused GRU cell, which
 // nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
 // _logcumsumexp, geqrf, linalg_lstsq, _add_relu.Scalar, the margin losses' and
-// fractional_max_pool3d's backward.
+// fractional_max_pool3d's backward, the histogram ops.
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add.h>
@@ -10,6 +10,7 @@
 
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "aten/general_kernel.h"
 
@@ -120,6 +121,34 @@ at::Tensor fractional_max_pool3d_backward(const at::Tensor&, const at::Tensor& s
   return meta_like(self, self.sizes());
 }
 
+// The histogram ops: hist [bins...] and edges [bins + 1] in self's dtype.
+std::tuple<at::Tensor, at::Tensor> histogram_bin_ct(const at::Tensor& self, int64_t bins,
+                                                    std::optional<at::ArrayRef<double>>,
+                                                    const std::optional<at::Tensor>&, bool) {
+  return {meta_like(self, {bins}), meta_like(self, {bins + 1})};
+}
+std::tuple<at::Tensor, at::Tensor> histogram_bins_tensor(const at::Tensor& self, const at::Tensor& bins,
+                                                         const std::optional<at::Tensor>&, bool) {
+  return {meta_like(self, {bins.numel() - 1}), meta_like(self, {bins.numel()})};
+}
+std::vector<at::Tensor> histogramdd_bin_edges(const at::Tensor& self, at::IntArrayRef bins,
+                                              std::optional<at::ArrayRef<double>>, const std::optional<at::Tensor>&,
+                                              bool) {
+  std::vector<at::Tensor> edges;
+  for (int64_t n : bins) edges.push_back(meta_like(self, {n + 1}));
+  return edges;
+}
+at::Tensor histogramdd_from_bin_cts(const at::Tensor& self, at::IntArrayRef bins, std::optional<at::ArrayRef<double>>,
+                                    const std::optional<at::Tensor>&, bool) {
+  return meta_like(self, bins);
+}
+at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList bins, const std::optional<at::Tensor>&,
+                                        bool) {
+  std::vector<int64_t> sizes;
+  for (const auto& b : bins) sizes.push_back(b.numel() - 1);
+  return meta_like(self, sizes);
+}
+
 bool lacks_meta(const std::string& op) {  // "aten::name" or "aten::name.overload"
   const size_t dot = op.find('.');
   auto handle = c10::Dispatcher::singleton().findOp(
@@ -147,6 +176,15 @@ void register_missing_meta_kernels() {
     library->impl("multilabel_margin_loss_backward", TORCH_FN(multilabel_margin_loss_backward));
   if (lacks_meta("aten::fractional_max_pool3d_backward"))
     library->impl("fractional_max_pool3d_backward", TORCH_FN(fractional_max_pool3d_backward));
+  if (lacks_meta("aten::histogram.bin_ct")) library->impl("histogram.bin_ct", TORCH_FN(histogram_bin_ct));
+  if (lacks_meta("aten::histogram.bins_tensor"))
+    library->impl("histogram.bins_tensor", TORCH_FN(histogram_bins_tensor));
+  if (lacks_meta("aten::_histogramdd_bin_edges"))
+    library->impl("_histogramdd_bin_edges", TORCH_FN(histogramdd_bin_edges));
+  if (lacks_meta("aten::_histogramdd_from_bin_cts"))
+    library->impl("_histogramdd_from_bin_cts", TORCH_FN(histogramdd_from_bin_cts));
+  if (lacks_meta("aten::_histogramdd_from_bin_tensors"))
+    library->impl("_histogramdd_from_bin_tensors", TORCH_FN(histogramdd_from_bin_tensors));
   if (lacks_meta("aten::_add_relu.Scalar")) library->impl("_add_relu.Scalar", TORCH_FN(add_relu_scalar));
 }
 

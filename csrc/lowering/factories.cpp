@@ -1,4 +1,6 @@
 // Ops that create values from nothing but their static arguments.
+#include <cmath>
+
 #include "lowering/registry.h"
 
 namespace torch_tpu::lowering {
@@ -37,6 +39,25 @@ std::vector<Value> eye(LoweringContext& c) {
 // CPU's formula, each half counted from its own end (start + step * i before
 // the middle, end - step * (steps - 1 - i) after), in the output's float type
 // (double for integers); logspace raises base to it in double.
+}  // namespace
+
+Value spaced_values(Builder& b, const Value& start, const Value& end, int64_t steps) {
+  const TensorType type{start.dtype(), {steps}};
+  auto k = [&](double v) { return b.constant(v, type); };
+  Value start_v = b.broadcast_to(start, type.shape), end_v = b.broadcast_to(end, type.shape);
+  if (steps <= 1) return start_v;
+  // The step as CPU computes it: (end - start) / (steps - 1) in the dtype.
+  Value step = b.binary(stablehlo::Binary::Divide, b.binary(stablehlo::Binary::Subtract, end_v, start_v),
+                        k(static_cast<double>(steps - 1)));
+  Value i = b.iota(type, 0);
+  Value low = b.binary(stablehlo::Binary::Add, start_v, b.binary(stablehlo::Binary::Multiply, step, i));
+  Value back = b.binary(stablehlo::Binary::Subtract, k(static_cast<double>(steps - 1)), i);
+  Value high = b.binary(stablehlo::Binary::Subtract, end_v, b.binary(stablehlo::Binary::Multiply, step, back));
+  return b.select(b.compare(stablehlo::Compare::LT, i, k(static_cast<double>(steps / 2))), low, high);
+}
+
+namespace {
+
 LoweringRule spaced(bool log) {
   return [log](LoweringContext& c) -> std::vector<Value> {
     const TensorType& out = c.out();
@@ -44,20 +65,9 @@ LoweringRule spaced(bool log) {
     if (steps == 0) return {c.b.constant(0, out)};
     const DType t = stablehlo::is_float(out.dtype) ? out.dtype : DType::Float64;
     if (t == DType::BFloat16 || t == DType::Float16) throw Declined("linspace/logspace in a 16-bit float");
-    const TensorType type{t, {steps}};
-    auto k = [&](double v) { return c.b.constant(v, type); };
-    const double start = c.number(0), end = c.number(1);
-    Value start_v = k(start), end_v = k(end), x = start_v;
-    if (steps > 1) {
-      // The step as CPU computes it: (end - start) / (steps - 1) in t.
-      Value step = c.b.binary(stablehlo::Binary::Divide, c.b.binary(stablehlo::Binary::Subtract, end_v, start_v),
-                              k(static_cast<double>(steps - 1)));
-      Value i = c.b.iota(type, 0);
-      Value low = c.b.binary(stablehlo::Binary::Add, start_v, c.b.binary(stablehlo::Binary::Multiply, step, i));
-      Value back = c.b.binary(stablehlo::Binary::Subtract, k(static_cast<double>(steps - 1)), i);
-      Value high = c.b.binary(stablehlo::Binary::Subtract, end_v, c.b.binary(stablehlo::Binary::Multiply, step, back));
-      x = c.b.select(c.b.compare(stablehlo::Compare::LT, i, k(static_cast<double>(steps / 2))), low, high);
-    }
+    // An integer result starts from start and end as integers (CPU converts them first).
+    auto bound = [&](double v) { return stablehlo::is_float(out.dtype) ? v : std::trunc(v); };
+    Value x = spaced_values(c.b, c.b.scalar(bound(c.number(0)), t), c.b.scalar(bound(c.number(1)), t), steps);
     if (log) {
       Value e = c.b.convert(x, DType::Float64);
       x = c.b.binary(stablehlo::Binary::Power, c.b.constant(c.has(3) ? c.number(3) : 10.0, e.type), e);

@@ -194,6 +194,10 @@ struct Math {
   }
 };
 
+// torch.linspace's values from 0-d start and end (of a float dtype) in steps:
+// CPU's formula, each half counted from its own end.
+Value spaced_values(Builder& b, const Value& start, const Value& end, int64_t steps);
+
 // Builds the program that reads a strided view of a flat storage value as a
 // flat dense array of the view's elements (row-major).
 Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const std::vector<int64_t>& strides,

@@ -380,3 +380,36 @@ def test_rules_are_registered():
         "aten::topk",
     ]:
         assert op in ops, op
+
+
+def test_histogram_and_histogramdd():
+    """torch.histogram / histogramdd without a host sync: bin counts, edges
+    (the data's range, widened when it is one value), weights, density, explicit
+    edges, out-of-range and edge values; NaN data without a range raises as on CPU."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1000, generator=g)
+    x[:3] = torch.tensor([5.0, -5.0, 0.0])
+    w = torch.rand(1000, generator=g)
+    pts = torch.randn(200, 3, generator=g)
+    cases = [
+        lambda a, w: torch.histogram(a, 7),
+        lambda a, w: torch.histogram(a, 10, range=(-1.0, 2.0), weight=w, density=True),
+        lambda a, w: torch.histogram(a, torch.tensor([-3.0, -1.0, 0.0, 0.5, 5.0], device=a.device)),
+        lambda a, w: torch.histogram(a[3:4], 4),  # one value: the range widens by 1/2 each way
+        lambda a, w: torch.histogramdd(a[:999].reshape(333, 3), [3, 4, 5], weight=w[:333], density=True),
+    ]
+    with torch_tpu.set_fallback("error"):
+        for fn in cases:
+            for actual, expected in zip(fn(x.to("tpu"), w.to("tpu")), fn(x, w), strict=True):
+                for a, e in zip(
+                    actual if isinstance(actual, (list, tuple)) else [actual],
+                    expected if isinstance(expected, (list, tuple)) else [expected],
+                    strict=True,
+                ):
+                    torch.testing.assert_close(a.cpu(), e, rtol=1e-5, atol=1e-6)
+        edges = [torch.tensor([-2.0, 0.0, 2.0]), torch.tensor([-1.0, 1.0]), torch.tensor([-3.0, -1.0, 1.0, 3.0])]
+        expected = torch.histogramdd(pts, edges).hist
+        actual = torch.histogramdd(pts.to("tpu"), [e.to("tpu") for e in edges]).hist
+        torch.testing.assert_close(actual.cpu(), expected)
+        with pytest.raises(RuntimeError, match="not finite"):
+            torch.histogram(torch.tensor([1.0, float("nan")], device="tpu"), 3).hist.cpu()
