@@ -524,6 +524,15 @@ std::vector<TensorType> meta_outputs(const c10::OperatorHandle& op, const std::v
     else if (r.isTensorList())
       for (const auto& t : r.toTensorVector()) add(t);
   }
+  // PyTorch 2.13's meta kernel gives _native_batch_norm_legit in evaluation
+  // saved statistics of shape [C]; CPU returns them empty.
+  if (op.operator_name().name == "aten::_native_batch_norm_legit" && op.operator_name().overload_name.empty() &&
+      args.size() > 5 && args[5].isBool() && !args[5].toBool() && types.size() >= 3) {
+    for (size_t k = 1; k < 3; ++k) {
+      types[k].shape = {0};
+      if (strides) (*strides)[k] = {1};
+    }
+  }
   // PyTorch 2.13's meta kernel gives multilabel_margin_loss of one unbatched
   // sample the shape [1]; CPU and CUDA give a 0-d loss.
   if (op.operator_name().name == "aten::multilabel_margin_loss_forward" && !args.empty() && args[0].isTensor() &&

@@ -3,6 +3,7 @@
 // to that type and applies one StableHLO op.
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "lowering/registry.h"
 
@@ -658,6 +659,58 @@ std::vector<Value> lcm(LoweringContext& c) {
   return {c.b.select(none, zero, r)};
 }
 
+// frexp(self) -> (mantissa, exponent): x = mantissa 2^exponent with |mantissa|
+// in [1/2, 1), read off the float's bits (exact). All tests are on the bits:
+// XLA's CPU flushes subnormal operands to zero, so a subnormal's mantissa
+// field is converted to a (normal) float and decoded instead. 0, inf and NaN
+// give themselves and exponent 0.
+std::vector<Value> frexp(LoweringContext& c) {
+  Builder& b = c.b;
+  Value x = c.tensor(0);
+  const DType t = x.dtype();
+  struct Format {
+    DType bits;
+    int exponent, mantissa;
+  };
+  const Format f = t == DType::Float64    ? Format{DType::Int64, 11, 52}
+                   : t == DType::Float32  ? Format{DType::Int32, 8, 23}
+                   : t == DType::BFloat16 ? Format{DType::Int16, 8, 7}
+                   : t == DType::Float16  ? Format{DType::Int16, 5, 10}
+                                          : throw Declined("frexp of " + stablehlo::mlir_name(t));
+  const int64_t bias = (int64_t{1} << (f.exponent - 1)) - 1, all_ones = (int64_t{1} << f.exponent) - 1;
+  const int64_t field_mask = all_ones << f.mantissa, fraction_mask = (int64_t{1} << f.mantissa) - 1;
+  const TensorType it{f.bits, x.shape()};
+  auto k = [&](int64_t v) { return b.constant_int(v, it); };
+  auto field_of = [&](const Value& bits) {
+    return b.binary(Binary::And, b.binary(Binary::ShiftRightLogical, bits, k(f.mantissa)), k(all_ones));
+  };
+  // A normal number's (mantissa bits, exponent).
+  auto decode = [&](const Value& bits) -> std::pair<Value, Value> {
+    Value exponent = b.binary(Binary::Subtract, field_of(bits), k(bias - 1));
+    Value mantissa = b.binary(Binary::Or, b.binary(Binary::And, bits, k(~field_mask)), k((bias - 1) << f.mantissa));
+    return {mantissa, exponent};
+  };
+  Value bits = b.bitcast_convert(x, it), field = field_of(bits);
+  Value fraction = b.binary(Binary::And, bits, k(fraction_mask));
+  auto [mantissa_bits, exponent] = decode(bits);
+  // Subnormal: x = fraction 2^(1 - bias - mantissa bits), the fraction a normal float.
+  auto [sub_bits, sub_exponent] = decode(b.bitcast_convert(b.convert(fraction, t), it));
+  sub_exponent = b.binary(Binary::Add, sub_exponent, k(1 - bias - f.mantissa));
+  const int64_t sign_bit = int64_t{1} << (f.exponent + f.mantissa);
+  sub_bits = b.binary(Binary::Or, sub_bits, b.binary(Binary::And, bits, k(sign_bit)));
+  Value subnormal = b.binary(Binary::And, b.compare(stablehlo::Compare::EQ, field, k(0)),
+                             b.compare(stablehlo::Compare::NE, fraction, k(0)));
+  mantissa_bits = b.select(subnormal, sub_bits, mantissa_bits);
+  exponent = b.select(subnormal, sub_exponent, exponent);
+  Value special = b.binary(Binary::Or,
+                           b.binary(Binary::And, b.compare(stablehlo::Compare::EQ, field, k(0)),
+                                    b.compare(stablehlo::Compare::EQ, fraction, k(0))),
+                           b.compare(stablehlo::Compare::EQ, field, k(all_ones)));
+  Value mantissa = b.bitcast_convert(b.select(special, bits, mantissa_bits), x.type);
+  exponent = b.select(special, k(0), exponent);
+  return {mantissa, b.convert(exponent, DType::Int32)};
+}
+
 // zero(self): zeros of self's shape and dtype.
 std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())}; }
 
@@ -685,6 +738,7 @@ LOWERING("aten::bitwise_right_shift.Tensor", shift(false));
 LOWERING("aten::bitwise_right_shift.Tensor_Scalar", shift(false));
 LOWERING("aten::bitwise_right_shift.Scalar_Tensor", shift(false));
 LOWERING("aten::heaviside", heaviside);
+LOWERING("aten::frexp.Tensor", frexp);
 LOWERING("aten::polygamma", polygamma);
 LOWERING("aten::gcd", gcd);
 LOWERING("aten::lcm", lcm);

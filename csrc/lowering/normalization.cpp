@@ -300,10 +300,11 @@ BatchNormResult batch_norm(LoweringContext& c, int rm, int rv, bool training, do
 // _native_batch_norm_legit(input, weight?, bias?, running_mean!, running_var!,
 // training, momentum, eps): the running stats are written arguments.
 std::vector<Value> native_batch_norm_legit(LoweringContext& c) {
-  // Evaluation: CPU returns empty saved statistics where the meta kernel says [C].
-  if (!c.args[5].b) throw Declined("_native_batch_norm_legit: evaluation");
   BatchNormResult r = batch_norm(c, 3, 4, c.args[5].b, c.number(6), c.number(7));
   std::vector<Value> v = r.outs;
+  // Evaluation: CPU returns empty saved statistics (the general kernel's meta correction).
+  if (!c.args[5].b)
+    for (size_t k = 1; k < 3; ++k) v[k] = c.b.constant(0, c.out(k));
   v.push_back(r.running_mean);
   v.push_back(r.running_var);
   return v;

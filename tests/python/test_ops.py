@@ -550,3 +550,18 @@ def test_scatter_reduce_mean(dtype, include_self):
     with torch_tpu.set_fallback("error"):
         actual = x.to("tpu").scatter_reduce(1, index.to("tpu"), src.to("tpu"), "mean", include_self=include_self)
     assert_same(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_frexp(dtype):
+    """Exact mantissas and exponents, subnormals included (XLA's CPU flushes
+    them in arithmetic, so the rule reads bits), and 0, -0, inf kept."""
+    g = torch.Generator().manual_seed(0)
+    special = [0.0, -0.0, 1.0, 3.0, -5.5, 1e-40, -1e-45, float("inf"), -float("inf"), 2**-126, 2**-127, 3.4e38]
+    x = torch.cat([torch.tensor(special), torch.randn(500, generator=g) * 1e3, torch.randn(50, generator=g) * 1e-39])
+    x = x.to(dtype)
+    mantissa, exponent = torch.frexp(x)
+    with torch_tpu.set_fallback("error"):
+        m, e = torch.frexp(x.to("tpu"))
+    assert torch.equal(m.cpu(), mantissa) and torch.equal(torch.signbit(m.cpu()), torch.signbit(mantissa))
+    assert torch.equal(e.cpu(), exponent)
