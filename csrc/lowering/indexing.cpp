@@ -567,12 +567,56 @@ std::vector<Value> masked_scatter(LoweringContext& c) {
   return {c.b.reshape(c.b.select(mask, c.b.gather_1d(source, at), self), out.shape)};
 }
 
+// embedding_renorm_(self!, indices, max_norm, norm_type): every row of self
+// that indices name and whose norm exceeds max_norm is scaled by
+// max_norm / (norm + 1e-7), as CPU's.
+std::vector<Value> embedding_renorm(LoweringContext& c) {
+  Builder& b = c.b;
+  const Value& self = c.tensor(0);
+  if (self.rank() != 2) throw Declined("embedding_renorm_: self of rank " + std::to_string(self.rank()));
+  const int64_t rows = self.shape()[0], cols = self.shape()[1];
+  const double max_norm = c.number(2), p = c.number(3);
+  Value index = b.reshape(b.cast(c.tensor(1), DType::Int64), {c.tensor(1).type.numel()});
+  c.check_indices(index, rows, false, "embedding_renorm_: index out of range", /*index_error=*/true);
+  const int64_t n = index.shape()[0];
+  stablehlo::ScatterDims s;
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  Value named = n == 0 ? b.constant(0, {DType::Bool, {rows}})
+                       : b.scatter(b.constant(0, {DType::Bool, {rows}}), b.reshape(index, {n, 1}),
+                                   b.constant(1, {DType::Bool, {n}}), s, stablehlo::ScatterCombine::Replace);
+  // The norm in self's opmath type (CPU's row.norm), the scale from it in double.
+  const DType t = opmath_type(self.dtype());
+  Value x = b.cast(self, t), ax = b.unary(stablehlo::Unary::Abs, x);
+  Value norm;
+  if (p == 2) {
+    norm =
+        b.unary(stablehlo::Unary::Sqrt, b.reduce(b.binary(Binary::Multiply, x, x), b.scalar(0, t), {1}, Binary::Add));
+  } else if (p == 1) {
+    norm = b.reduce(ax, b.scalar(0, t), {1}, Binary::Add);
+  } else if (std::isinf(p)) {
+    norm = b.reduce(ax, b.scalar(p > 0 ? 0 : INFINITY, t), {1}, p > 0 ? Binary::Maximum : Binary::Minimum);
+  } else {
+    Value sum = b.reduce(b.binary(Binary::Power, ax, b.constant(p, ax.type)), b.scalar(0, t), {1}, Binary::Add);
+    norm = b.binary(Binary::Power, sum, b.constant(1 / p, sum.type));
+  }
+  norm = b.convert(norm, DType::Float64);
+  Value scale = b.binary(Binary::Divide, b.constant(max_norm, norm.type),
+                         b.binary(Binary::Add, norm, b.constant(1e-7, norm.type)));
+  Value apply = b.binary(Binary::And, named, b.compare(Compare::GT, norm, b.constant(max_norm, norm.type)));
+  Value factor = b.broadcast_in_dim(b.cast(scale, opmath_type(self.dtype())), {rows, cols}, {0});
+  Value scaled = b.cast(b.binary(Binary::Multiply, b.cast(self, opmath_type(self.dtype())), factor), self.dtype());
+  return {b.select(b.broadcast_in_dim(apply, {rows, cols}, {0}), scaled, self)};
+}
+
 }  // namespace
 
 LOWERING("aten::index_select", index_select);
 LOWERING("aten::take", take);
 LOWERING("aten::put", put);
 LOWERING("aten::embedding", embedding);
+LOWERING("aten::embedding_renorm_", embedding_renorm);
 LOWERING("aten::embedding_dense_backward", embedding_dense_backward);
 LOWERING("aten::gather", gather);
 LOWERING("aten::scatter.src", scatter_with(ScatterCombine::Replace));
