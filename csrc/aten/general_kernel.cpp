@@ -628,10 +628,9 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   // runs too (e.g. "output with shape [...] doesn't match the broadcast shape").
   std::vector<TensorType> outs;
   std::vector<std::vector<int64_t>> strides;  // of each output, as PyTorch lays it out
-  // Not for random ops (CPU's kernel wants a CPU generator), nor batch norm's
-  // backward: it takes the float32 statistics a bfloat16 forward saves, as on
-  // CUDA (CPU saves bfloat16 ones and refuses float32).
-  const bool probe = plan.overwritten < 0 && plan.name != "aten::native_batch_norm_backward";
+  // Not for random ops (CPU's kernel wants a CPU generator), nor the ops
+  // whose CPU kernel does not apply to stand-ins (pytorch_checks.cpp).
+  const bool probe = plan.overwritten < 0 && cpu_probe_applies(plan.name);
   try {
     if (plan.functional) {
       bool has_out = std::find(plan.is_out.begin(), plan.is_out.end(), true) != plan.is_out.end();

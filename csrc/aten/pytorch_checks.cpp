@@ -5,6 +5,7 @@
 #include <set>
 #include <string_view>
 #include <typeinfo>
+#include <utility>
 
 namespace torch_tpu::aten {
 namespace {
@@ -44,6 +45,22 @@ bool trusted(const c10::Error& e) {
 }
 
 }  // namespace
+
+// Ops whose CPU kernel is not run on stand-ins, and why.
+constexpr std::pair<std::string_view, std::string_view> kNoCpuProbe[] = {
+    // It takes the float32 statistics a bfloat16 forward saves, as on CUDA
+    // (CPU saves bfloat16 ones and refuses float32).
+    {"aten::native_batch_norm_backward", "float32 statistics of a bfloat16 forward"},
+    // CPU's kernel walks the stand-ins' offsets and indices as data: out of bounds.
+    {"aten::_embedding_bag", "reads offsets as data"},
+    {"aten::_embedding_bag_forward_only", "reads offsets as data"},
+};
+
+bool cpu_probe_applies(std::string_view op) {
+  for (const auto& entry : kNoCpuProbe)
+    if (entry.first == op) return false;
+  return true;
+}
 
 OverlapRule overlap_rule(const std::string& op, bool pointwise) {
   // "aten::index_add_.default" -> "index_add"

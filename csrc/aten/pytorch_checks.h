@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace torch_tpu::aten {
@@ -43,6 +44,10 @@ void check_overlap(const std::vector<Written>& written, const std::vector<Writte
 // Returns the dtypes of the stand-in's outputs: CPU's result types, which
 // for a pointwise op the program follows where a meta kernel says otherwise
 // (bool ** False is bool on CPU, int64 by the meta kernel).
+// Whether check_like_cpu applies to `op` (its CPU kernel is safe and
+// meaningful on stand-ins): see kNoCpuProbe for the ops it does not.
+bool cpu_probe_applies(std::string_view op);
+
 std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
                                            bool pointwise);
 

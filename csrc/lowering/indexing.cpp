@@ -567,6 +567,191 @@ std::vector<Value> masked_scatter(LoweringContext& c) {
   return {c.b.reshape(c.b.select(mask, c.b.gather_1d(source, at), self), out.shape)};
 }
 
+// Each of n positions' bag given the bags' start offsets: how many starts are
+// at or before it, less one (within [0, bags)).
+Value bag_of_positions(Builder& b, const Value& offsets, int64_t n, int64_t bags) {
+  const TensorType it{DType::Int64, {n}}, grid{DType::Int64, {n, bags}};
+  Value starts = b.slice(offsets, {0}, {bags}, {1});
+  Value at_or_before = b.compare(Compare::LE, b.broadcast_in_dim(starts, grid.shape, {1}), b.iota(grid, 0));
+  Value count = b.reduce(b.select(at_or_before, b.constant_int(1, grid), b.constant_int(0, grid)),
+                         b.constant_int(0, {DType::Int64, {}}), {1}, Binary::Add);
+  return b.clamp(b.constant_int(0, it), b.binary(Binary::Subtract, count, b.constant_int(1, it)),
+                 b.constant_int(bags - 1, it));
+}
+
+// _embedding_bag / _embedding_bag_forward_only(weight [V, D], indices [n],
+// offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+// include_last_offset, padding_idx) -> (output [B, D], offset2bag [n],
+// bag_size [B], max_indices): bag b sums (mode 0), averages (1) or takes the
+// max (2) of the rows its indices name, those equal to padding_idx left out;
+// an empty bag is 0. The auxiliary outputs as PyTorch's meta shapes them
+// (CUDA's layout): each index's bag; the bag's count for mean and max (0 for
+// sum, as CPU); for max the row each maximum came from (the first), else empty.
+std::vector<Value> embedding_bag(LoweringContext& c) {
+  Builder& b = c.b;
+  const Value& weight = c.tensor(0);
+  const int64_t mode = c.integer(4), padding_idx = c.has(8) ? c.integer(8) : -1;
+  const bool include_last = c.has(7) && c.args[7].b;
+  if (weight.rank() != 2 || c.tensor(1).rank() != 1) throw Declined("_embedding_bag: 2-D weight and 1-D indices only");
+  const int64_t dim = weight.shape()[1], n = c.tensor(1).shape()[0], bags = c.out(0).shape[0];
+  const DType t = opmath_type(weight.dtype());
+  const TensorType it{DType::Int64, {n}};
+  Value indices = b.cast(c.tensor(1), DType::Int64);
+  std::vector<Value> outs(4);
+  outs[2] = b.constant_int(0, c.out(2));
+  outs[3] = b.constant_int(0, c.out(3));
+  if (n == 0 || bags == 0) {
+    outs[0] = b.constant(0, c.out(0));
+    outs[1] = b.constant_int(0, c.out(1));
+    return outs;
+  }
+  c.check_indices(indices, weight.shape()[0], false, "index out of range in self");
+  Value bag = bag_of_positions(b, b.cast(c.tensor(2), DType::Int64), n, bags);
+  Value counted = b.compare(Compare::NE, indices, b.constant_int(padding_idx, it));
+  if (include_last) {  // positions from the last offset on belong to no bag
+    Value end = b.reshape(b.slice(b.cast(c.tensor(2), DType::Int64), {bags}, {bags + 1}, {1}), {});
+    counted = b.binary(Binary::And, counted, b.compare(Compare::LT, b.iota(it, 0), b.broadcast_to(end, {n})));
+  }
+  Value rows = b.cast(take_along(b, weight, 0, indices), t);  // [n, D]
+  if (c.has(6)) rows = b.binary(Binary::Multiply, rows, b.broadcast_in_dim(b.cast(c.tensor(6), t), {n, dim}, {0}));
+  const Shape out_shape{bags, dim};
+  ScatterDims s;
+  s.update_window_dims = {1};
+  s.inserted_window_dims = {0};
+  s.scatter_dims_to_operand_dims = {0};
+  s.index_vector_dim = 1;
+  Value at = b.reshape(bag, {n, 1});
+  Value counted_rows = b.broadcast_in_dim(counted, {n, dim}, {0});
+  Value count = b.scatter(b.constant_int(0, {DType::Int64, {bags}}), at,
+                          b.select(counted, b.constant_int(1, it), b.constant_int(0, it)), pointwise_scatter(1),
+                          ScatterCombine::Add);
+  Value empty =
+      b.broadcast_in_dim(b.compare(Compare::EQ, count, b.constant_int(0, {DType::Int64, {bags}})), out_shape, {0});
+  Value out;
+  if (mode == 2) {
+    Value low = b.broadcast_to(lowest(b, t), {n, dim});
+    out = b.scatter(b.broadcast_to(lowest(b, t), out_shape), at, b.select(counted_rows, rows, low), s,
+                    ScatterCombine::Maximum);
+    out = b.select(empty, b.constant(0, {t, out_shape}), out);
+    // The first position holding each bag's maximum, and the row it read.
+    Value is_max = b.binary(Binary::And, counted_rows, b.compare(Compare::EQ, rows, take_along(b, out, 0, bag)));
+    Value position = b.select(is_max, b.iota({DType::Int64, {n, dim}}, 0), b.constant_int(n, {DType::Int64, {n, dim}}));
+    Value first = b.scatter(b.constant_int(n, {DType::Int64, out_shape}), at, position, s, ScatterCombine::Minimum);
+    Value safe =
+        b.clamp(b.constant_int(0, {DType::Int64, out_shape}), first, b.constant_int(n - 1, {DType::Int64, out_shape}));
+    Value picked = b.reshape(take_along(b, indices, 0, b.reshape(safe, {bags * dim})), out_shape);
+    outs[3] = b.cast(b.select(empty, b.constant_int(0, {DType::Int64, out_shape}), picked), c.out(3).dtype);
+  } else {
+    out = b.scatter(b.constant(0, {t, out_shape}), at, b.select(counted_rows, rows, b.constant(0, {t, {n, dim}})), s,
+                    ScatterCombine::Add);
+    if (mode == 1) {
+      Value divisor = b.convert(
+          b.clamp(b.constant_int(1, {DType::Int64, {bags}}), count, b.constant_int(INT64_MAX, {DType::Int64, {bags}})),
+          t);
+      out = b.binary(Binary::Divide, out, b.broadcast_in_dim(divisor, out_shape, {0}));
+    }
+  }
+  outs[0] = b.cast(out, c.out(0).dtype);
+  outs[1] = b.cast(bag, c.out(1).dtype);
+  if (mode != 0) {
+    // With include_last_offset PyTorch's meta sizes bag_size like offsets: a trailing 0.
+    const int64_t extra = c.out(2).shape[0] - bags;
+    Value sizes = extra > 0 ? b.pad(count, b.constant_int(0, {DType::Int64, {}}), {0}, {extra}, {0}) : count;
+    outs[2] = b.cast(sizes, c.out(2).dtype);
+  }
+  return outs;
+}
+
+// _embedding_bag_backward(grad [B, D], indices, offsets, offset2bag, bag_size,
+// maximum_indices, num_weights, scale_grad_by_freq, mode, sparse,
+// per_sample_weights, padding_idx) -> grad_weight [num_weights, D]: sum and
+// mean add each bag's gradient (weighted, over its size for mean) into the rows
+// its indices name (padding left out; over each index's frequency with
+// scale_grad_by_freq); max into the rows its maxima came from.
+// Where _embedding_bag_backward's arguments sit (_embedding_bag_dense_backward
+// has no offsets and no sparse flag).
+struct BagBackwardArgs {
+  int offsets, offset2bag, bag_size, maximum_indices, scale_by_freq, mode, sparse, per_sample_weights, padding_idx;
+};
+
+LoweringRule embedding_bag_backward(BagBackwardArgs a) {
+  return [a](LoweringContext& c) -> std::vector<Value> {
+    Builder& b = c.b;
+    if (a.sparse >= 0 && c.args[a.sparse].b) throw Declined("_embedding_bag_backward: sparse gradients");
+    const TensorType& out = c.out();
+    const DType t = opmath_type(out.dtype);
+    const int64_t mode = c.integer(a.mode), padding_idx = c.has(a.padding_idx) ? c.integer(a.padding_idx) : -1;
+    const int64_t rows = out.shape[0], dim = out.shape[1];
+    Value grad = b.cast(c.tensor(0), t);
+    const int64_t bags = grad.shape()[0];
+    Value indices = b.cast(c.tensor(1), DType::Int64);
+    const int64_t n = indices.shape()[0];
+    if (n == 0 || bags == 0) return {b.constant(0, out)};
+    const TensorType it{DType::Int64, {n}};
+    Value bag_size = b.slice(b.cast(c.tensor(a.bag_size), DType::Int64), {0}, {bags}, {1});
+    ScatterDims s;
+    s.update_window_dims = {1};
+    s.inserted_window_dims = {0};
+    s.scatter_dims_to_operand_dims = {0};
+    s.index_vector_dim = 1;
+    Value zeros = b.constant(0, {t, {rows, dim}});
+    if (mode == 2) {
+      // Bag b's gradient in dim d goes to row maximum_indices[b, d]; empty bags give none.
+      Value at = b.cast(c.tensor(a.maximum_indices), DType::Int64);
+      Value filled = b.broadcast_in_dim(b.compare(Compare::GT, bag_size, b.constant_int(0, {DType::Int64, {bags}})),
+                                        {bags, dim}, {0});
+      Value g = b.select(filled, grad, b.constant(0, grad.type));
+      Value coords = b.concatenate(
+          {b.reshape(at, {bags, dim, 1}), b.reshape(b.iota({DType::Int64, {bags, dim}}, 1), {bags, dim, 1})}, 2);
+      ScatterDims p;
+      p.inserted_window_dims = {0, 1};
+      p.scatter_dims_to_operand_dims = {0, 1};
+      p.index_vector_dim = 2;
+      return {b.cast(b.scatter(zeros, coords, g, p, ScatterCombine::Add), out.dtype)};
+    }
+    Value offset2bag = c.tensor(3).type.numel() == n ? b.cast(c.tensor(3), DType::Int64)
+                                                     : bag_of_positions(b, b.cast(c.tensor(2), DType::Int64), n, bags);
+    Value per_position = take_along(b, grad, 0, offset2bag);  // [n, D]
+    Value scale = b.constant(1, {t, {n}});
+    if (mode == 1) {
+      Value size = b.convert(take_along(b, bag_size, 0, offset2bag), t);
+      scale =
+          b.binary(Binary::Divide, scale,
+                   b.select(b.compare(Compare::GT, size, b.constant(0, size.type)), size, b.constant(1, size.type)));
+    }
+    if (c.has(a.per_sample_weights))
+      scale = b.binary(Binary::Multiply, scale, b.cast(c.tensor(a.per_sample_weights), t));
+    if (c.args[a.scale_by_freq].b) {  // scale_grad_by_freq: over how often each index occurs
+      Value freq = b.scatter(b.constant_int(0, {DType::Int64, {rows}}), b.reshape(indices, {n, 1}),
+                             b.constant_int(1, it), pointwise_scatter(1), ScatterCombine::Add);
+      scale = b.binary(Binary::Divide, scale, b.convert(take_along(b, freq, 0, indices), t));
+    }
+    Value counted = b.compare(Compare::NE, indices, b.constant_int(padding_idx, it));
+    scale = b.select(counted, scale, b.constant(0, scale.type));
+    Value updates = b.binary(Binary::Multiply, per_position, b.broadcast_in_dim(scale, {n, dim}, {0}));
+    return {b.cast(b.scatter(zeros, b.reshape(indices, {n, 1}), updates, s, ScatterCombine::Add), out.dtype)};
+  };
+}
+
+// _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets,
+// offset2bag, mode, padding_idx): each position's weight row dotted with its
+// bag's gradient (0 for padding).
+std::vector<Value> embedding_bag_per_sample_weights_backward(LoweringContext& c) {
+  Builder& b = c.b;
+  const DType t = opmath_type(c.out().dtype);
+  Value grad = b.cast(c.tensor(0), t), indices = b.cast(c.tensor(2), DType::Int64);
+  const int64_t n = indices.shape()[0], bags = grad.shape()[0];
+  if (n == 0 || bags == 0) return {b.constant(0, c.out())};
+  const int64_t padding_idx = c.has(6) ? c.integer(6) : -1;
+  Value offset2bag = c.tensor(4).type.numel() == n ? b.cast(c.tensor(4), DType::Int64)
+                                                   : bag_of_positions(b, b.cast(c.tensor(3), DType::Int64), n, bags);
+  Value rows = b.cast(take_along(b, c.tensor(1), 0, indices), t);
+  Value g = take_along(b, grad, 0, offset2bag);
+  Value dot = b.reduce(b.binary(Binary::Multiply, rows, g), b.scalar(0, t), {1}, Binary::Add);
+  Value counted = b.compare(Compare::NE, indices, b.constant_int(padding_idx, {DType::Int64, {n}}));
+  return {b.cast(b.select(counted, dot, b.constant(0, dot.type)), c.out().dtype)};
+}
+
 // embedding_renorm_(self!, indices, max_norm, norm_type): every row of self
 // that indices name and whose norm exceeds max_norm is scaled by
 // max_norm / (norm + 1e-7), as CPU's.
@@ -616,6 +801,11 @@ LOWERING("aten::index_select", index_select);
 LOWERING("aten::take", take);
 LOWERING("aten::put", put);
 LOWERING("aten::embedding", embedding);
+LOWERING("aten::_embedding_bag", embedding_bag);
+LOWERING("aten::_embedding_bag_forward_only", embedding_bag);
+LOWERING("aten::_embedding_bag_backward", embedding_bag_backward({2, 3, 4, 5, 7, 8, 9, 10, 11}));
+LOWERING("aten::_embedding_bag_dense_backward", embedding_bag_backward({-1, 2, 3, 4, 6, 7, -1, 8, 9}));
+LOWERING("aten::_embedding_bag_per_sample_weights_backward", embedding_bag_per_sample_weights_backward);
 LOWERING("aten::embedding_renorm_", embedding_renorm);
 LOWERING("aten::embedding_dense_backward", embedding_dense_backward);
 LOWERING("aten::gather", gather);

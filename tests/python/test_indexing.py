@@ -6,7 +6,8 @@ silently running on CPU.
 
 import pytest
 import torch
-from conftest import assert_same
+import torch.nn.functional as F
+from conftest import assert_same, compare_fn
 
 import torch_tpu
 
@@ -358,3 +359,37 @@ def test_negative_indices_in_range_do_not_raise():
     i = torch.tensor([-1, -3])
     assert_same(tpu(x)[tpu(i)], x[i])
     torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_embedding_bag(mode, padding_idx):
+    """F.embedding_bag forward and backward (an empty bag, padding, per-sample
+    weights for sum, include_last_offset), and the auxiliary outputs the
+    backward reads: each index's bag, the bag sizes, the rows of the maxima."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(10, 3, generator=g)
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 3, 6])
+    psw = torch.rand(8, generator=g) if mode == "sum" else None
+
+    def fn(w, *extra):
+        on = dict(device=w.device)
+        out = F.embedding_bag(indices.to(**on), w, offsets.to(**on), mode=mode, padding_idx=padding_idx,
+                              per_sample_weights=extra[0] if extra else None)  # fmt: skip
+        last = F.embedding_bag(indices.to(**on), w, torch.tensor([0, 3, 3, 8], **on), mode=mode,
+                               padding_idx=padding_idx, include_last_offset=True)  # fmt: skip
+        return torch.cat([out, last])
+
+    compare_fn(fn, weight, *([psw] if psw is not None else []), grad_args=(0,))
+    code = {"sum": 0, "mean": 1, "max": 2}[mode]
+    expected = torch.ops.aten._embedding_bag(
+        weight, indices, offsets, False, code, False, None, False, padding_idx or -1
+    )
+    with torch_tpu.set_fallback("error"):
+        actual = torch.ops.aten._embedding_bag(
+            weight.to("tpu"), indices.to("tpu"), offsets.to("tpu"), False, code, False, None, False, padding_idx or -1
+        )
+    assert torch.equal(actual[1].cpu(), torch.tensor([0, 0, 0, 2, 2, 2, 3, 3]))  # CPU leaves it empty for plain sum
+    assert torch.equal(actual[2].cpu(), expected[2])
+    if mode == "max":
+        assert torch.equal(actual[3].cpu(), expected[3])
