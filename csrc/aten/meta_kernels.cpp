@@ -2,7 +2,7 @@
 // so that the general kernel can lower them: the fused GRU cell, which
 // nn.GRU calls on PrivateUse1 devices and which has no CPU kernel either,
 // _logcumsumexp, geqrf, linalg_lstsq, _add_relu.Scalar, the margin losses' and
-// fractional_max_pool3d's backward, the histogram ops.
+// fractional_max_pool3d's and CTC's backward, the histogram ops.
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add.h>
@@ -149,6 +149,12 @@ at::Tensor histogramdd_from_bin_tensors(const at::Tensor& self, at::TensorList b
   return meta_like(self, sizes);
 }
 
+// _ctc_loss_backward: log_probs' shape.
+at::Tensor ctc_loss_backward(const at::Tensor&, const at::Tensor& log_probs, const at::Tensor&, at::IntArrayRef,
+                             at::IntArrayRef, const at::Tensor&, const at::Tensor&, int64_t, bool) {
+  return meta_like(log_probs, log_probs.sizes());
+}
+
 bool lacks_meta(const std::string& op) {  // "aten::name" or "aten::name.overload"
   const size_t dot = op.find('.');
   auto handle = c10::Dispatcher::singleton().findOp(
@@ -185,6 +191,7 @@ void register_missing_meta_kernels() {
     library->impl("_histogramdd_from_bin_cts", TORCH_FN(histogramdd_from_bin_cts));
   if (lacks_meta("aten::_histogramdd_from_bin_tensors"))
     library->impl("_histogramdd_from_bin_tensors", TORCH_FN(histogramdd_from_bin_tensors));
+  if (lacks_meta("aten::_ctc_loss_backward")) library->impl("_ctc_loss_backward", TORCH_FN(ctc_loss_backward));
   if (lacks_meta("aten::_add_relu.Scalar")) library->impl("_add_relu.Scalar", TORCH_FN(add_relu_scalar));
 }
 

@@ -51,9 +51,12 @@ constexpr std::pair<std::string_view, std::string_view> kNoCpuProbe[] = {
     // It takes the float32 statistics a bfloat16 forward saves, as on CUDA
     // (CPU saves bfloat16 ones and refuses float32).
     {"aten::native_batch_norm_backward", "float32 statistics of a bfloat16 forward"},
-    // CPU's kernel walks the stand-ins' offsets and indices as data: out of bounds.
+    // Their CPU kernels walk the stand-ins' offsets and indices as data: out of bounds.
     {"aten::_embedding_bag", "reads offsets as data"},
     {"aten::_embedding_bag_forward_only", "reads offsets as data"},
+    // CPU's CTC kernels walk the stand-ins by the (real) input and target lengths.
+    {"aten::_ctc_loss", "reads the lengths against stand-ins"},
+    {"aten::_ctc_loss_backward", "reads the lengths against stand-ins"},
 };
 
 bool cpu_probe_applies(std::string_view op) {

@@ -1,7 +1,9 @@
 // Loss functions and their backward ops. Reduction codes are PyTorch's:
 // 0 none, 1 mean, 2 sum. Low-precision inputs compute in float32.
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "lowering/registry.h"
 
@@ -398,10 +400,267 @@ std::vector<Value> multilabel_margin_loss_backward(LoweringContext& c) {
   return {c.b.cast(c.b.reshape(grad, c.out().shape), c.out().dtype)};
 }
 
+// CTC (connectionist temporal classification), as PyTorch's CPU kernel: over
+// each sample's extended target l' (blank, t1, blank, t2, ..., blank; W = 2S+1
+// positions), alpha[t, s] = lse(alpha[t-1, s], alpha[t-1, s-1], alpha[t-1, s-2]
+// where l'_s differs from l'_(s-2)) + log_probs[t, l'_s], one while-loop step
+// per time step for the whole batch (a sample past its input length keeps its
+// last column); the loss is -lse of the last two positions. The backward runs
+// beta the same way from each sample's last step and gives
+// exp(lp) - exp(lse over s with l'_s = c of alpha + beta, + nll - lp).
+struct Ctc {
+  Value lp;          // [T, N, C], the compute type
+  Value ext;         // [N, W] int64: l'
+  Value lp_ext;      // [N, T, W]: log_probs at l'
+  Value skip;        // [N, W] bool: s may come from s - 2
+  Value input_len;   // [N] int64
+  Value target_len;  // [N] int64
+  int64_t steps = 0, batch = 0, classes = 0, width = 0;
+  bool batched = true;
+};
+
+// torch.gather's x[..., index[...], ...] along dim: index has x's rank and its
+// other dims' sizes.
+Value gather_along(Builder& b, const Value& x, int64_t dim, const Value& index) {
+  const int64_t r = x.rank();
+  stablehlo::GatherDims g;
+  for (int64_t d = 0; d < r; ++d)
+    if (d != dim) g.operand_batching_dims.push_back(d), g.start_indices_batching_dims.push_back(d);
+  g.collapsed_slice_dims = {dim};
+  g.start_index_map = {dim};
+  g.index_vector_dim = r;
+  Shape column = index.shape();
+  column.push_back(1);
+  return b.gather(x, b.reshape(b.cast(index, DType::Int64), column), g, std::vector<int64_t>(r, 1));
+}
+
+// A length argument (int[] or a tensor) as int64 [n].
+Value lengths_arg(LoweringContext& c, size_t i, int64_t n) {
+  if (c.args[i].kind == LoweringArg::Tensor) return c.b.reshape(c.b.cast(c.tensor(i), DType::Int64), {n});
+  return c.b.constant_array_int(c.ints(i), {DType::Int64, {n}});
+}
+
+Value log_add(Builder& b, const std::vector<Value>& xs) {
+  Value m = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) m = b.binary(Binary::Maximum, m, xs[i]);
+  Value finite = b.compare(Compare::GT, m, b.constant(-INFINITY, m.type));
+  Value safe = b.select(finite, m, b.constant(0, m.type)), sum = b.constant(0, m.type);
+  for (const Value& x : xs) sum = b.binary(Binary::Add, sum, b.unary(Unary::Exp, b.binary(Binary::Subtract, x, safe)));
+  return b.select(finite, b.binary(Binary::Add, safe, b.unary(Unary::Log, sum)), m);
+}
+
+// x shifted right by k along dim 1 (positions s < k get -inf).
+Value shift_right(Builder& b, const Value& x, int64_t k) {
+  const int64_t w = x.shape()[1];
+  Value padded = b.pad(x, b.constant(-INFINITY, {x.dtype(), {}}), {0, k}, {0, 0}, {0, 0});
+  return b.slice(padded, {0, 0}, {x.shape()[0], w}, {1, 1});
+}
+Value shift_left(Builder& b, const Value& x, int64_t k) {
+  const int64_t w = x.shape()[1];
+  Value padded = b.pad(x, b.constant(-INFINITY, {x.dtype(), {}}), {0, 0}, {0, k}, {0, 0});
+  return b.slice(padded, {0, k}, {x.shape()[0], w + k}, {1, 1});
+}
+
+Ctc ctc_terms(LoweringContext& c, size_t lp_arg, size_t target_arg, size_t in_len_arg, size_t target_len_arg,
+              size_t blank_arg, int64_t width) {
+  Builder& b = c.b;
+  Ctc k;
+  Value lp = c.tensor(lp_arg);
+  k.batched = lp.rank() == 3;
+  if (!k.batched) lp = b.reshape(lp, {lp.shape()[0], 1, lp.shape()[1]});
+  const DType t = opmath_type(lp.dtype());
+  k.lp = b.cast(lp, t);
+  k.steps = lp.shape()[0], k.batch = lp.shape()[1], k.classes = lp.shape()[2], k.width = width;
+  const int64_t n = k.batch, s_max = (width - 1) / 2;
+  k.input_len = lengths_arg(c, in_len_arg, n);
+  k.target_len = lengths_arg(c, target_len_arg, n);
+  // Targets padded to [N, S]: a 2-D tensor as it is, a 1-D one cut at the lengths' running sums.
+  Value targets = b.cast(c.tensor(target_arg), DType::Int64);
+  Value padded;
+  if (s_max == 0) {
+    padded = b.constant_int(0, {DType::Int64, {n, 0}});
+  } else if (targets.rank() == 2 || !k.batched) {
+    padded = targets.rank() == 2 ? b.slice(targets, {0, 0}, {n, s_max}, {1, 1})
+                                 : b.reshape(b.slice(targets, {0}, {s_max}, {1}), {1, s_max});
+  } else {
+    Value ends = scan(b, k.target_len, 0, Binary::Add, 0);
+    Value starts = b.binary(Binary::Subtract, ends, k.target_len);
+    Value at =
+        b.binary(Binary::Add, b.broadcast_in_dim(starts, {n, s_max}, {0}), b.iota({DType::Int64, {n, s_max}}, 1));
+    const int64_t total = targets.shape()[0];
+    at = b.clamp(b.constant_int(0, {DType::Int64, {n, s_max}}), at,
+                 b.constant_int(std::max<int64_t>(total - 1, 0), {DType::Int64, {n, s_max}}));
+    padded = total == 0 ? b.constant_int(0, {DType::Int64, {n, s_max}})
+                        : b.reshape(take_along(b, targets, 0, b.reshape(at, {n * s_max})), {n, s_max});
+  }
+  const TensorType wt{DType::Int64, {n, width}};
+  Value s = b.iota(wt, 1);
+  Value odd = b.compare(Compare::EQ, b.binary(Binary::Remainder, s, b.constant_int(2, wt)), b.constant_int(1, wt));
+  Value label_at = b.clamp(b.constant_int(0, wt), b.binary(Binary::Divide, s, b.constant_int(2, wt)),
+                           b.constant_int(std::max<int64_t>(s_max - 1, 0), wt));
+  Value labels = s_max == 0 ? b.constant_int(0, wt) : gather_along(b, padded, 1, label_at);
+  const int64_t blank = c.integer(blank_arg);
+  k.ext = b.select(odd, labels, b.constant_int(blank, wt));
+  Value two_back = b.binary(Binary::Subtract, s, b.constant_int(2, wt));
+  Value ext_back =
+      b.select(b.compare(Compare::GE, two_back, b.constant_int(0, wt)),
+               gather_along(b, k.ext, 1, b.clamp(b.constant_int(0, wt), two_back, b.constant_int(width - 1, wt))),
+               b.constant_int(blank, wt));
+  k.skip = b.binary(Binary::And, b.binary(Binary::And, odd, b.compare(Compare::GE, s, b.constant_int(2, wt))),
+                    b.compare(Compare::NE, k.ext, ext_back));
+  // log_probs at l': [N, T, W].
+  Value lp_ntc = b.transpose(k.lp, {1, 0, 2});
+  Value index = b.broadcast_in_dim(k.ext, {n, k.steps, width}, {0, 2});
+  k.lp_ext = gather_along(b, lp_ntc, 2, index);
+  return k;
+}
+
+// Column t (0-d int64) of a [N, T, W] table.
+Value at_step(Builder& b, const Value& table, const Value& t) {
+  Value zero = b.constant_int(0, {DType::Int64, {}});
+  return b.reshape(b.dynamic_slice(table, {zero, t, zero}, {table.shape()[0], 1, table.shape()[2]}),
+                   {table.shape()[0], table.shape()[2]});
+}
+Value put_step(Builder& b, const Value& table, const Value& column, const Value& t) {
+  Value zero = b.constant_int(0, {DType::Int64, {}});
+  return b.dynamic_update_slice(table, b.reshape(column, {table.shape()[0], 1, table.shape()[2]}), {zero, t, zero});
+}
+
+// alpha [N, T, W] (-inf past each input length) and the loss [N].
+std::pair<Value, Value> ctc_alpha(Builder& b, const Ctc& k) {
+  const int64_t n = k.batch, w = k.width;
+  const DType t = k.lp.dtype();
+  const TensorType col{t, {n, w}}, it{DType::Int64, {n, w}};
+  Value s = b.iota(it, 1);
+  Value first = at_step(b, k.lp_ext, b.constant_int(0, {DType::Int64, {}}));
+  Value has_label =
+      b.broadcast_in_dim(b.compare(Compare::GT, k.target_len, b.constant_int(0, {DType::Int64, {n}})), {n, w}, {0});
+  Value start = b.binary(Binary::Or, b.compare(Compare::EQ, s, b.constant_int(0, it)),
+                         b.binary(Binary::And, b.compare(Compare::EQ, s, b.constant_int(1, it)), has_label));
+  Value alive0 =
+      b.broadcast_in_dim(b.compare(Compare::GT, k.input_len, b.constant_int(0, {DType::Int64, {n}})), {n, w}, {0});
+  Value a0 = b.select(b.binary(Binary::And, start, alive0), first, b.constant(-INFINITY, col));
+  Value table = put_step(b, b.constant(-INFINITY, {t, {n, k.steps, w}}), a0, b.constant_int(0, {DType::Int64, {}}));
+  const TensorType scalar{DType::Int64, {}};
+  auto state = b.while_loop(
+      {b.constant_int(1, scalar), a0, table, k.lp_ext, k.skip, k.input_len},
+      [&](Builder& r, const std::vector<Value>& st) -> std::vector<Value> {
+        return {r.compare(Compare::LT, st[0], r.constant_int(k.steps, scalar))};
+      },
+      [&](Builder& r, const std::vector<Value>& st) -> std::vector<Value> {
+        const Value &step = st[0], &prev = st[1];
+        Value from_two = r.select(st[4], shift_right(r, prev, 2), r.constant(-INFINITY, col));
+        Value next =
+            r.binary(Binary::Add, log_add(r, {prev, shift_right(r, prev, 1), from_two}), at_step(r, st[3], step));
+        Value active = r.broadcast_in_dim(r.compare(Compare::LT, r.broadcast_to(step, {n}), st[5]), {n, w}, {0});
+        Value kept = r.select(active, next, prev);
+        Value stored = put_step(r, st[2], r.select(active, next, r.constant(-INFINITY, col)), step);
+        return {r.binary(Binary::Add, step, r.constant_int(1, scalar)), kept, stored, st[3], st[4], st[5]};
+      });
+  // The loss from the last column: -lse(alpha[2S], alpha[2S-1]) (only alpha[0] for an empty target).
+  Value last = state[1];
+  Value end = b.binary(Binary::Multiply, k.target_len, b.constant_int(2, {DType::Int64, {n}}));
+  auto pick = [&](const Value& pos) {
+    Value safe = b.clamp(b.constant_int(0, {DType::Int64, {n}}), pos, b.constant_int(w - 1, {DType::Int64, {n}}));
+    return b.reshape(gather_along(b, last, 1, b.reshape(safe, {n, 1})), {n});
+  };
+  Value a_end = pick(end), a_before = pick(b.binary(Binary::Subtract, end, b.constant_int(1, {DType::Int64, {n}})));
+  a_before = b.select(b.compare(Compare::GT, k.target_len, b.constant_int(0, {DType::Int64, {n}})), a_before,
+                      b.constant(-INFINITY, {t, {n}}));
+  Value nll = b.unary(Unary::Negate, log_add(b, {a_end, a_before}));
+  return {state[2], nll};
+}
+
+// _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity) -> (nll, log_alpha);
+// an impossible alignment stays inf (ctc_loss zeroes it for zero_infinity, the backward reads it).
+std::vector<Value> ctc_loss(LoweringContext& c) {
+  Ctc k = ctc_terms(c, 0, 1, 2, 3, 4, c.out(1).shape.back());
+  auto [alpha, nll] = ctc_alpha(c.b, k);
+  return {c.b.reshape(c.b.cast(nll, c.out(0).dtype), c.out(0).shape),
+          c.b.reshape(c.b.cast(alpha, c.out(1).dtype), c.out(1).shape)};
+}
+
+// _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths,
+// neg_log_likelihood, log_alpha, blank, zero_infinity) -> grad of log_probs.
+std::vector<Value> ctc_loss_backward(LoweringContext& c) {
+  Builder& b = c.b;
+  Value alpha_in = c.tensor(6);
+  const int64_t width = alpha_in.shape().back();
+  Ctc k = ctc_terms(c, 1, 2, 3, 4, 7, width);
+  const int64_t n = k.batch, w = width, steps = k.steps;
+  const DType t = k.lp.dtype();
+  const TensorType col{t, {n, w}}, it{DType::Int64, {n, w}}, scalar{DType::Int64, {}};
+  Value alpha = b.reshape(b.cast(alpha_in, t), {n, steps, w});
+  Value nll = b.reshape(b.cast(c.tensor(5), t), {n});
+  // beta, from each sample's last step back to 0.
+  Value s = b.iota(it, 1);
+  Value end =
+      b.broadcast_in_dim(b.binary(Binary::Multiply, k.target_len, b.constant_int(2, {DType::Int64, {n}})), {n, w}, {0});
+  Value last_two =
+      b.binary(Binary::Or, b.compare(Compare::EQ, s, end),
+               b.binary(Binary::And, b.compare(Compare::EQ, s, b.binary(Binary::Subtract, end, b.constant_int(1, it))),
+                        b.compare(Compare::GT, end, b.constant_int(0, it))));
+  // skip_into[s]: s + 2 may come from s (the skip flag of s + 2).
+  Value skip_into =
+      b.slice(b.pad(k.skip, b.constant(0, {DType::Bool, {}}), {0, 0}, {0, 2}, {0, 0}), {0, 2}, {n, w + 2}, {1, 1});
+  auto state = b.while_loop(
+      {b.constant_int(steps - 1, scalar), b.constant(-INFINITY, col), b.constant(-INFINITY, {t, {n, steps, w}}),
+       k.lp_ext, skip_into, k.input_len, last_two},
+      [&](Builder& r, const std::vector<Value>& st) -> std::vector<Value> {
+        return {r.compare(Compare::GE, st[0], r.constant_int(0, scalar))};
+      },
+      [&](Builder& r, const std::vector<Value>& st) -> std::vector<Value> {
+        const Value &step = st[0], &next = st[1];
+        Value lp_now = at_step(r, st[3], step);
+        Value from_two = r.select(st[4], shift_left(r, next, 2), r.constant(-INFINITY, col));
+        Value rec = r.binary(Binary::Add, log_add(r, {next, shift_left(r, next, 1), from_two}), lp_now);
+        Value stepn = r.broadcast_to(step, {n});
+        Value last_len = r.binary(Binary::Subtract, st[5], r.constant_int(1, {DType::Int64, {n}}));
+        Value is_last = r.broadcast_in_dim(r.compare(Compare::EQ, stepn, last_len), {n, w}, {0});
+        Value before = r.broadcast_in_dim(r.compare(Compare::LT, stepn, last_len), {n, w}, {0});
+        Value init = r.select(st[6], lp_now, r.constant(-INFINITY, col));
+        Value now = r.select(is_last, init, r.select(before, rec, r.constant(-INFINITY, col)));
+        return {r.binary(Binary::Subtract, step, r.constant_int(1, scalar)),
+                now,
+                put_step(r, st[2], now, step),
+                st[3],
+                st[4],
+                st[5],
+                st[6]};
+      });
+  Value beta = state[2];
+  // exp(alpha + beta + nll - lp) summed into the classes l' names: [N, T, C].
+  Value nll3 = b.broadcast_in_dim(nll, {n, steps, w}, {0});
+  Value share =
+      b.unary(Unary::Exp,
+              b.binary(Binary::Subtract, b.binary(Binary::Add, b.binary(Binary::Add, alpha, beta), nll3), k.lp_ext));
+  share = b.select(b.compare(Compare::NE, share, share), b.constant(0, share.type), share);
+  Value onehot = b.compare(Compare::EQ, b.broadcast_in_dim(k.ext, {n, steps, w, k.classes}, {0, 2}),
+                           b.iota({DType::Int64, {n, steps, w, k.classes}}, 3));
+  Value summed = b.reduce(b.select(onehot, b.broadcast_in_dim(share, {n, steps, w, k.classes}, {0, 1, 2}),
+                                   b.constant(0, {t, {n, steps, w, k.classes}})),
+                          b.scalar(0, t), {2}, Binary::Add);  // [N, T, C]
+  Value lp = b.transpose(k.lp, {1, 0, 2});
+  Value grad = b.binary(Binary::Subtract, b.unary(Unary::Exp, lp), summed);
+  Value g = b.broadcast_in_dim(b.reshape(b.cast(c.tensor(0), t), {n}), {n, steps, k.classes}, {0});
+  grad = b.binary(Binary::Multiply, grad, g);
+  Value inside = b.compare(Compare::LT, b.iota({DType::Int64, {n, steps, k.classes}}, 1),
+                           b.broadcast_in_dim(k.input_len, {n, steps, k.classes}, {0}));
+  Value keep = inside;
+  if (c.has(8) && c.args[8].b)
+    keep = b.binary(
+        Binary::And, keep,
+        b.broadcast_in_dim(b.compare(Compare::NE, nll, b.constant(INFINITY, nll.type)), {n, steps, k.classes}, {0}));
+  grad = b.select(keep, grad, b.constant(0, grad.type));
+  return {b.reshape(b.cast(b.transpose(grad, {1, 0, 2}), c.out().dtype), c.out().shape)};
+}
+
 }  // namespace
 
 LOWERING("aten::nll_loss_forward", nll_loss_forward);
 LOWERING("aten::multi_margin_loss", multi_margin_loss);
+LOWERING("aten::_ctc_loss", ctc_loss);
+LOWERING("aten::_ctc_loss_backward", ctc_loss_backward);
 LOWERING("aten::multilabel_margin_loss_forward", multilabel_margin_loss);
 LOWERING("aten::multi_margin_loss_backward", multi_margin_loss_backward);
 LOWERING("aten::multilabel_margin_loss_backward", multilabel_margin_loss_backward);

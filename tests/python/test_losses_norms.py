@@ -429,3 +429,27 @@ def test_margin_losses():
     compare_fn(lambda a: F.multilabel_margin_loss(a, labels[0].to(a.device)), x[0], tol=tol)
     with torch_tpu.set_fallback("error"), pytest.raises(RuntimeError, match="target out of range"):
         F.multi_margin_loss(x.to("tpu"), torch.tensor([0, 5, 1, 1, 1, 1], device="tpu")).cpu()
+
+
+@pytest.mark.parametrize("zero_infinity", [False, True])
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_ctc_loss(zero_infinity, reduction):
+    """CTC forward and backward against CPU: padded and concatenated targets,
+    samples shorter than the batch's time, a repeated label (no skip), and an
+    impossible alignment (infinite loss, or 0 with zero_infinity)."""
+    g = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(12, 4, 6, generator=g).log_softmax(2)
+    targets = torch.tensor([[1, 2, 2, 3], [3, 1, 0, 0], [4, 4, 4, 4], [5, 5, 5, 5]])
+    input_lengths, target_lengths = [12, 9, 10, 3], [4, 2, 4, 4]  # the last cannot align in 3 steps
+    concatenated = torch.cat([targets[i, :n] for i, n in enumerate(target_lengths)])
+    for t in (targets, concatenated):
+        fn = lambda lp, t=t: F.ctc_loss(  # noqa: E731
+            lp, t.to(lp.device), input_lengths, target_lengths, reduction=reduction, zero_infinity=zero_infinity
+        )
+        if zero_infinity:
+            compare_fn(fn, log_probs, tol=dict(rtol=1e-5, atol=1e-5))
+        else:  # an infinite loss has no finite gradient to compare: the forward only
+            with torch_tpu.set_fallback("error"):
+                torch.testing.assert_close(fn(log_probs.to("tpu")).cpu(), fn(log_probs), rtol=1e-5, atol=1e-5)
+    finite = lambda lp: F.ctc_loss(lp, targets[:3].to(lp.device), input_lengths[:3], target_lengths[:3])  # noqa: E731
+    compare_fn(finite, log_probs[:, :3].contiguous(), tol=dict(rtol=1e-5, atol=1e-5))
