@@ -1,13 +1,16 @@
-// torch.special functions that neither StableHLO nor CHLO has:
+// torch.special functions that neither StableHLO nor CHLO has, each by a
+// method of its own (no coefficient tables), computed in the output's opmath
+// type and rounded once:
 // - the classical orthogonal polynomials (chebyshev_polynomial_t/u/v/w, their
 //   shifted forms, hermite h/he, laguerre, legendre) by the recurrences and
 //   special points PyTorch's kernels use, so the results round alike;
-// - the modified Bessel functions I0, I1 (i0, i0e, i1, i1e) by their power
-//   series and, for large |x|, their asymptotic expansions; K0, K1 (and the
-//   scaled forms) by their series near 0 and beyond by the trapezoidal rule on
-//   K_v(x) = int_0^inf exp(-x cosh t) cosh(v t) dt, which converges
-//   geometrically (an analytic integrand that decays doubly exponentially).
-// Results are computed in the output's opmath type and rounded once.
+// - Bessel functions: I0, I1 (i0, i0e, i1, i1e) by power series and asymptotic
+//   expansions; K0, K1 (and the scaled forms) by series, the trapezoidal rule
+//   on K_v(x) = int_0^inf exp(-x cosh t) cosh(v t) dt (geometric convergence:
+//   an analytic integrand that decays doubly exponentially) and asymptotics;
+//   J0, J1 by the trapezoidal rule over a period of Bessel's integral, Y0, Y1
+//   by series and Gauss-Legendre on theirs, both by Hankel's expansion past 20;
+// - erfcx, log_ndtr, ndtri, and the incomplete gamma functions.
 #include <cmath>
 #include <functional>
 #include <utility>
