@@ -140,9 +140,8 @@ std::vector<Value> histogram_bins_tensor(LoweringContext& c) {
   return {histogram_of(c, x, {edges}, 2, c.has(3) && c.args[3].b), edges};
 }
 
-// _histogramdd_bin_edges(self, bins, *, range, weight, density) -> Tensor[]
-std::vector<Value> histogramdd_bin_edges(LoweringContext& c) {
-  Value x = samples(c, false);
+// Every dim's edges from the bin counts (argument 1) and range (argument 2).
+std::vector<Value> edges_from_counts(LoweringContext& c, const Value& x) {
   std::vector<Value> edges;
   const std::vector<int64_t>& bins = c.ints(1);
   for (size_t d = 0; d < bins.size(); ++d)
@@ -150,14 +149,13 @@ std::vector<Value> histogramdd_bin_edges(LoweringContext& c) {
   return edges;
 }
 
+// _histogramdd_bin_edges(self, bins, *, range, weight, density) -> Tensor[]
+std::vector<Value> histogramdd_bin_edges(LoweringContext& c) { return edges_from_counts(c, samples(c, false)); }
+
 // _histogramdd_from_bin_cts(self, bins, *, range, weight, density) -> hist
 std::vector<Value> histogramdd_from_bin_cts(LoweringContext& c) {
   Value x = samples(c, false);
-  std::vector<Value> edges;
-  const std::vector<int64_t>& bins = c.ints(1);
-  for (size_t d = 0; d < bins.size(); ++d)
-    edges.push_back(edges_for(c, x, static_cast<int64_t>(d), bins[d], range_arg(c, 2)));
-  return {histogram_of(c, x, edges, 3, c.has(4) && c.args[4].b)};
+  return {histogram_of(c, x, edges_from_counts(c, x), 3, c.has(4) && c.args[4].b)};
 }
 
 // _histogramdd_from_bin_tensors(self, bins, *, weight, density) -> hist

@@ -63,6 +63,19 @@ Value take_along(Builder& b, const Value& x, int64_t dim, const Value& index) {
   return b.gather(x, b.cast(index, DType::Int64), g, sizes);
 }
 
+Value gather_along(Builder& b, const Value& x, int64_t dim, const Value& index) {
+  const int64_t r = x.rank();
+  GatherDims g;
+  for (int64_t d = 0; d < r; ++d)
+    if (d != dim) g.operand_batching_dims.push_back(d), g.start_indices_batching_dims.push_back(d);
+  g.collapsed_slice_dims = {dim};
+  g.start_index_map = {dim};
+  g.index_vector_dim = r;
+  Shape column = index.shape();
+  column.push_back(1);
+  return b.gather(x, b.reshape(b.cast(index, DType::Int64), column), g, std::vector<int64_t>(r, 1));
+}
+
 namespace {
 
 // index_select(self, dim, index)

@@ -419,21 +419,6 @@ struct Ctc {
   bool batched = true;
 };
 
-// torch.gather's x[..., index[...], ...] along dim: index has x's rank and its
-// other dims' sizes.
-Value gather_along(Builder& b, const Value& x, int64_t dim, const Value& index) {
-  const int64_t r = x.rank();
-  stablehlo::GatherDims g;
-  for (int64_t d = 0; d < r; ++d)
-    if (d != dim) g.operand_batching_dims.push_back(d), g.start_indices_batching_dims.push_back(d);
-  g.collapsed_slice_dims = {dim};
-  g.start_index_map = {dim};
-  g.index_vector_dim = r;
-  Shape column = index.shape();
-  column.push_back(1);
-  return b.gather(x, b.reshape(b.cast(index, DType::Int64), column), g, std::vector<int64_t>(r, 1));
-}
-
 // A length argument (int[] or a tensor) as int64 [n].
 Value lengths_arg(LoweringContext& c, size_t i, int64_t n) {
   if (c.args[i].kind == LoweringArg::Tensor) return c.b.reshape(c.b.cast(c.tensor(i), DType::Int64), {n});

@@ -160,6 +160,8 @@ Value minimum(Builder& b, const Value& l, const Value& r);
 // x.shape[:dim] + index.shape + x.shape[dim+1:]: the rows of `dim` of `x`
 // picked by the integer `index` (in range).
 Value take_along(Builder& b, const Value& x, int64_t dim, const Value& index);
+// torch.gather's pick along `dim`: index has x's rank and its other dims' sizes.
+Value gather_along(Builder& b, const Value& x, int64_t dim, const Value& index);
 
 // Inclusive scan of `x` along `dim` with the associative `op` and its identity.
 Value scan(Builder& b, Value x, int64_t dim, stablehlo::Binary op, double identity);
