@@ -241,7 +241,7 @@ ScalarUse scalar_use(OpPlan& plan, size_t i, const c10::IValue& v) {
 
 // A dynamic Scalar or Scalar[] becomes a host input: a 0-d (or 1-D) CPU
 // tensor uploaded with the call. Doubles travel as float32 unless the op
-// reads float64 tensors (decided in lowered_kernel, after every argument).
+// reads or writes float64 or complex128 tensors (decided in lowered_kernel, after every argument).
 void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>& inputs) {
   auto kind_of = [](const c10::IValue& x) { return x.isDouble() ? 'd' : x.isBool() ? 'b' : 'i'; };
   if (v.isList()) {
@@ -874,10 +874,13 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     key += ']';
   }
   TORCH_CHECK(device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
-  bool reads_f64 = false;
-  for (const auto& in : inputs) reads_f64 |= !in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble;
+  // An op on (or writing) double-precision tensors keeps its Scalars double.
+  bool f64 = false;
+  for (const auto& v : args)
+    if (v.isTensor() && v.toTensor().defined())
+      f64 |= v.toTensor().scalar_type() == at::kDouble || v.toTensor().scalar_type() == at::kComplexDouble;
   for (auto& in : inputs)
-    if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !reads_f64) in.tensor = in.tensor.to(at::kFloat);
+    if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !f64) in.tensor = in.tensor.to(at::kFloat);
 
   // Destination dtypes of the written arguments decide the program's output types.
   std::vector<at::ScalarType> dest_dtypes;

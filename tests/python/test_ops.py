@@ -408,6 +408,29 @@ def test_linspace_logspace_and_baddbmm():
     compare_fn(lambda x, a, b: torch.baddbmm(x, a, b, beta=0.5, alpha=2), x, b1, b2, tol={"rtol": 1e-5, "atol": 1e-5})
 
 
+def test_linspace_logspace_bit_exact_in_bfloat16_and_complex():
+    # bfloat16 rounds every step as CPU's scalar formula does (the index too,
+    # past 256); complex logspace's start and end change every call, so they
+    # become program inputs, which must stay double for complex128.
+    with torch_tpu.set_fallback("error"):
+        for a, b, n in [(-97.3, 41.6, 600), (0.1, 3.7, 7), (-1.3, 2.7, 1)]:
+            for kw in [{"dtype": torch.bfloat16}, {"dtype": torch.float16}]:
+                assert torch.equal(torch.linspace(a, b, n, device="tpu", **kw).cpu(), torch.linspace(a, b, n, **kw))
+        for a, b, n, base in [(-1.3, 2.7, 7, 10.0), (2.09, -3.3, 1, 10.0), (-4.1, 4.9, 300, 2.0)]:
+            kw = {"dtype": torch.bfloat16}
+            want = torch.logspace(a, b, n, base, **kw)
+            assert torch.equal(torch.logspace(a, b, n, base, device="tpu", **kw).cpu(), want)
+        for k in range(4):
+            a, b = complex(1.1 + 0.1 * k, -0.3), complex(-0.7, 1.9 - 0.2 * k)
+            for n in (1, 2, 9):
+                for f in (torch.linspace, torch.logspace):
+                    for dtype, tol in [(torch.complex64, 2e-6), (torch.complex128, 1e-14)]:
+                        want = f(a, b, n, dtype=dtype)
+                        torch.testing.assert_close(
+                            f(a, b, n, dtype=dtype, device="tpu").cpu(), want, rtol=tol, atol=tol
+                        )
+
+
 def test_polygamma_zeta_and_nextafter():
     x = torch.tensor([-8.478, -3.5, -2.2, -1.0, 0.0, 0.3, 1.0, 1.7, 2.5, 10.0])  # poles, negatives, small x
     with torch_tpu.set_fallback("error"):
