@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -385,51 +386,75 @@ std::vector<Value> histc(LoweringContext& c) {
 }
 
 // segment_reduce(data, reduce, *, lengths?, indices?, offsets?, axis=0,
-// unsafe=False, initial?): data's rows reduced per segment of consecutive
-// rows (1-D lengths or offsets, axis 0), each row scattered into its
-// segment. Empty segments get `initial`, else sum 0, prod 1, max -inf, min
-// inf, mean NaN; NaN propagates, as on CPU.
+// unsafe=False, initial?): data reduced per segment of consecutive rows along
+// `axis`, with lengths (or offsets) of shape data.shape[:axis] + [segments]:
+// each row scattered into its segment. Empty segments get `initial`, else sum
+// 0, prod 1, max -inf, min inf, mean NaN; NaN propagates, as on CPU.
 std::vector<Value> segment_reduce(LoweringContext& c) {
   const std::string reduce = c.string(1);
-  if (c.has(3) || !(c.has(2) || c.has(4)) || (c.has(5) && c.integer(5) != 0))
-    throw Declined("segment_reduce: indices, or segments along an axis other than 0");
+  if (c.has(3) || !(c.has(2) || c.has(4))) throw Declined("segment_reduce: indices");
   const Value& data0 = c.tensor(0);
-  if (data0.rank() == 0 || c.out().numel() == 0) throw Declined("segment_reduce: empty or 0-d data");
-  const DType t = c.out().dtype;
-  const int64_t n = data0.shape()[0], segments = c.out().shape[0];
+  const TensorType& o = c.out();
+  if (data0.rank() == 0) throw Declined("segment_reduce: 0-d data");
+  if (o.numel() == 0) return {c.b.constant(0, o)};
+  const int64_t axis = normalize_dim(c.has(5) ? c.integer(5) : 0, data0.rank());
+  const int64_t n = data0.shape()[axis], segments = o.shape[axis];
   Value lengths;
   if (c.has(2)) {
-    if (c.tensor(2).rank() != 1) throw Declined("segment_reduce: batched lengths");
     lengths = c.b.cast(c.tensor(2), DType::Int64);
   } else {
-    const Value& offsets = c.tensor(4);
-    if (offsets.rank() != 1) throw Declined("segment_reduce: batched offsets");
-    Value o = c.b.cast(offsets, DType::Int64);
-    lengths = c.b.binary(Binary::Subtract, c.b.slice(o, {1}, {segments + 1}, {1}), c.b.slice(o, {0}, {segments}, {1}));
+    Value off = c.b.cast(c.tensor(4), DType::Int64);
+    if (off.rank() != axis + 1) throw Declined("segment_reduce: offsets of another rank than axis + 1");
+    std::vector<int64_t> start(off.rank(), 0), limit = off.shape(), unit(off.rank(), 1);
+    start[axis] = 1;
+    Value upper = c.b.slice(off, start, limit, unit);
+    start[axis] = 0;
+    limit[axis] = segments;
+    lengths = c.b.binary(Binary::Subtract, upper, c.b.slice(off, start, limit, unit));
   }
-  Value ends = scan(c.b, lengths, 0, Binary::Add, 0);  // [S]
+  if (lengths.rank() != axis + 1) throw Declined("segment_reduce: lengths of another rank than axis + 1");
+  std::vector<int64_t> batch(data0.shape().begin(), data0.shape().begin() + axis), leading;
+  for (int64_t d = 0; d < axis; ++d) leading.push_back(d);
+  Value ends = scan(c.b, lengths, axis, Binary::Add, 0);  // batch + [S]
   if (!(c.has(6) && c.args[6].b)) {
-    Value total = c.b.reshape(c.b.slice(ends, {segments - 1}, {segments}, {1}), {});
+    std::vector<int64_t> start(axis + 1, 0), limit = ends.shape(), unit(axis + 1, 1);
+    start[axis] = segments - 1;
+    Value total = c.b.slice(ends, start, limit, unit);
+    std::vector<int64_t> all(axis + 1);
+    std::iota(all.begin(), all.end(), 0);
     c.checks.push_back(
-        {c.b.compare(Compare::EQ, total, c.b.constant_int(n, total.type)),
+        {c.b.reduce(c.b.compare(Compare::EQ, total, c.b.constant_int(n, total.type)), c.b.scalar(1, DType::Bool), all,
+                    Binary::And),
          "segment_reduce(): Expected all rows of lengths along axis to sum to data.size(lengths.dim()-1) "
          "when !unsafe.",
          false});
   }
-  // Each row's segment: how many segments end at or before it.
-  const TensorType pair{DType::Int64, {n, segments}};
-  Value ended = c.b.compare(Compare::LE, c.b.broadcast_in_dim(ends, pair.shape, {1}), c.b.iota(pair, 0));
-  Value segment = c.b.reduce(c.b.convert(ended, DType::Int64), c.b.scalar(0, DType::Int64), {1}, Binary::Add);
+  // Each row's segment: how many segments end at or before it (batch + [n]).
+  Shape pair = batch;
+  pair.push_back(n);
+  pair.push_back(segments);
+  std::vector<int64_t> ends_dims = leading;
+  ends_dims.push_back(axis + 1);
+  Value ended =
+      c.b.compare(Compare::LE, c.b.broadcast_in_dim(ends, pair, ends_dims), c.b.iota({DType::Int64, pair}, axis));
+  Value segment = c.b.reduce(c.b.convert(ended, DType::Int64), c.b.scalar(0, DType::Int64), {axis + 1}, Binary::Add);
+  // Scatter coordinates batch + [n, axis + 1]: the row's batch position, then its segment.
+  Shape column = batch;
+  column.push_back(n);
+  column.push_back(1);
+  std::vector<Value> coordinates;
+  for (int64_t d = 0; d < axis; ++d) coordinates.push_back(c.b.iota({DType::Int64, column}, d));
+  coordinates.push_back(c.b.reshape(segment, column));
+  Value index = c.b.concatenate(coordinates, axis + 1);
+  const DType t = o.dtype;
   Value data = c.b.cast(data0, t);
-  const TensorType& o = c.out();
   stablehlo::ScatterDims dims;
-  for (int64_t d = 1; d < data.rank(); ++d) dims.update_window_dims.push_back(d);
-  dims.inserted_window_dims = {0};
-  dims.scatter_dims_to_operand_dims = {0};
-  dims.index_vector_dim = 1;
-  Value index = c.b.reshape(segment, {n, 1});
+  for (int64_t d = axis + 1; d < data.rank(); ++d) dims.update_window_dims.push_back(d);
+  for (int64_t d = 0; d <= axis; ++d) dims.inserted_window_dims.push_back(d);
+  dims.scatter_dims_to_operand_dims = dims.inserted_window_dims;
+  dims.index_vector_dim = axis + 1;
   auto scatter = [&](const Value& init, const Value& updates, stablehlo::ScatterCombine combine) {
-    return c.b.scatter(init, index, updates, dims, combine);
+    return n == 0 ? init : c.b.scatter(init, index, updates, dims, combine);
   };
   const bool has_initial = c.has(7);
   auto initial = [&] { return c.b.constant(c.number(7), o); };
@@ -437,7 +462,9 @@ std::vector<Value> segment_reduce(LoweringContext& c) {
   if (reduce == "sum" || reduce == "mean") {
     r = scatter(has_initial ? initial() : c.b.constant(0, o), data, stablehlo::ScatterCombine::Add);
     if (reduce == "mean") {
-      Value count = c.b.broadcast_in_dim(c.b.convert(lengths, t), o.shape, {0});
+      std::vector<int64_t> count_dims = leading;
+      count_dims.push_back(axis);
+      Value count = c.b.broadcast_in_dim(c.b.convert(lengths, t), o.shape, count_dims);
       Value mean = c.b.binary(Binary::Divide, r, count);
       r = has_initial ? c.b.select(c.b.compare(Compare::EQ, count, c.b.constant(0, o)), initial(), mean) : mean;
     }
