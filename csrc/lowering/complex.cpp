@@ -69,7 +69,7 @@ bool takes_complex(std::string_view op) {
       "aten::rsub.Scalar", "aten::expm1", "aten::log1p", "aten::exp2", "aten::asin", "aten::acos", "aten::sinh",
       "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::isnan", "aten::isinf", "aten::addcmul",
       "aten::addcdiv", "aten::logical_and", "aten::logical_or", "aten::logical_xor", "aten::logical_not",
-      "aten::eye.m_out", "aten::eye.out", "aten::linspace.out", "aten::logspace.out",
+      "aten::eye.m_out", "aten::eye.out", "aten::linspace.out", "aten::logspace.out", "aten::linalg_matrix_exp",
       // reductions and products
       "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::prod", "aten::prod.dim_int",
       "aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction",

@@ -893,6 +893,53 @@ std::vector<Value> linalg_lstsq(LoweringContext& c) {
   return out;
 }
 
+// linalg_matrix_exp(A) by scaling and squaring: A / 2^s, with s the least
+// that brings its 1-norm under theta, through the degree-18 Taylor polynomial
+// (Horner), then squared s times. theta is where that polynomial's truncation
+// error falls under the dtype's unit roundoff (Bader, Blanes and Casas, 2019).
+// Single precision computes in double: the 18 products and the squarings
+// would otherwise lose more digits than CPU's shorter evaluation does.
+std::vector<Value> linalg_matrix_exp(LoweringContext& c) {
+  const TensorType& out = c.out();
+  if (out.numel() == 0) return {c.b.constant(0, out)};
+  const DType t = stablehlo::is_complex(out.dtype) ? DType::Complex128 : DType::Float64;
+  const DType part = stablehlo::real_part_type(t);
+  const Shape batch = batch_of(out.shape);
+  const int64_t bt = product(batch), n = out.shape.back();
+  Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch);  // [B, n, n]
+  Value norm = c.b.reduce(c.b.reduce(c.b.unary(Unary::Abs, a), c.b.scalar(0, part), {1}, Binary::Add),
+                          c.b.scalar(0, part), {1}, Binary::Maximum);  // [B]
+  const double theta = part == DType::Float64 ? 1.090863719290036 : 3.010066362817634;
+  const TensorType bt_t{part, {bt}};
+  Value log2 =
+      c.b.binary(Binary::Divide, c.b.unary(Unary::Log, c.b.binary(Binary::Divide, norm, c.b.constant(theta, bt_t))),
+                 c.b.constant(std::log(2.0), bt_t));
+  Value sf = c.b.binary(Binary::Maximum, c.b.unary(Unary::Ceil, log2), c.b.constant(0, bt_t));
+  sf = c.b.select(c.b.compare(Compare::NE, sf, sf), c.b.constant(0, bt_t),
+                  c.b.binary(Binary::Minimum, sf, c.b.constant(2000, bt_t)));  // NaN and inf norms: no squaring
+  Value scale = c.b.binary(Binary::Power, c.b.constant(0.5, bt_t), sf);
+  a = c.b.binary(Binary::Multiply, a, c.b.broadcast_in_dim(c.b.cast(scale, t), a.shape(), {0}));
+  const Value eye = identity_like(c.b, a.type);
+  auto matmul = [](Builder& b, const Value& x, const Value& y) { return b.dot_general(x, y, {0}, {0}, {2}, {1}); };
+  Value p = eye;
+  for (int k = 18; k >= 1; --k)
+    p = c.b.binary(Binary::Add, eye, c.b.binary(Binary::Divide, matmul(c.b, a, p), c.b.constant(k, a.type)));
+  // Square each matrix its own number of times.
+  Value s = c.b.convert(sf, DType::Int32);
+  Value most = c.b.reduce(s, i32(c.b, 0), {0}, Binary::Maximum);
+  auto state = c.b.while_loop(
+      {i32(c.b, 0), p, s, most},
+      [&](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
+        return {r.compare(Compare::LT, v[0], v[3])};
+      },
+      [&](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
+        Value more = r.compare(Compare::LT, r.broadcast_in_dim(v[0], {bt}, {}), v[2]);
+        Value squared = r.select(r.broadcast_in_dim(more, v[1].shape(), {0}), matmul(r, v[1], v[1]), v[1]);
+        return {r.binary(Binary::Add, v[0], i32(r, 1)), squared, v[2], v[3]};
+      });
+  return {c.b.cast(c.b.reshape(state[1], out.shape), out.dtype)};
+}
+
 }  // namespace
 
 LOWERING("aten::linalg_cholesky_ex", linalg_cholesky_ex);
@@ -915,6 +962,7 @@ LOWERING("aten::ormqr", ormqr);
 LOWERING("aten::linalg_qr", linalg_qr);
 LOWERING("aten::_linalg_eigh", linalg_eigh);
 LOWERING("aten::_linalg_svd", linalg_svd);
+LOWERING("aten::linalg_matrix_exp", linalg_matrix_exp);
 LOWERING("aten::linalg_lstsq", linalg_lstsq);
 
 }  // namespace torch_tpu::lowering

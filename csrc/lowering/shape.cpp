@@ -8,6 +8,7 @@
 namespace torch_tpu::lowering {
 namespace {
 
+using stablehlo::Binary;
 using stablehlo::Compare;
 
 // A Scalar argument as a 0-d value of `dtype`, exact for integers.
@@ -283,6 +284,31 @@ std::vector<Value> narrow_copy(LoweringContext& c) {
   return {c.b.slice(x, lo, hi, step)};
 }
 
+// unfold_backward(grad_in, input_sizes, dim, size, step): Tensor.unfold's
+// gradient. grad_in is the input's shape with `dim` replaced by the windows,
+// plus a last dim of `size`; element (w, k) adds into position w * step + k.
+std::vector<Value> unfold_backward(LoweringContext& c) {
+  const Value& g = c.tensor(0);
+  const TensorType& out = c.out();
+  if (out.rank() == 0 || out.numel() == 0 || g.type.numel() == 0) return {c.b.constant(0, out)};
+  const int64_t rank = out.rank(), dim = normalize_dim(c.integer(2), rank), size = c.integer(3), step = c.integer(4);
+  const int64_t windows = g.shape()[dim];
+  // Updates [windows, size, other dims in order]; indices [windows, size, 1].
+  std::vector<int64_t> perm{dim, rank};
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim) perm.push_back(d);
+  Value updates = c.b.transpose(c.b.cast(g, out.dtype), perm);
+  const TensorType pos{DType::Int64, {windows, size, 1}};
+  Value index = c.b.binary(Binary::Add, c.b.binary(Binary::Multiply, c.b.iota(pos, 0), c.b.constant_int(step, pos)),
+                           c.b.iota(pos, 1));
+  stablehlo::ScatterDims dims;
+  for (int64_t d = 2; d < rank + 1; ++d) dims.update_window_dims.push_back(d);
+  dims.inserted_window_dims = {dim};
+  dims.scatter_dims_to_operand_dims = {dim};
+  dims.index_vector_dim = 2;
+  return {c.b.scatter(c.b.constant(0, out), index, updates, dims, stablehlo::ScatterCombine::Add)};
+}
+
 }  // namespace
 
 LOWERING("aten::cat", cat);
@@ -293,6 +319,7 @@ LOWERING("aten::pixel_shuffle", pixel_shuffle(true));
 LOWERING("aten::pixel_unshuffle", pixel_shuffle(false));
 LOWERING("aten::channel_shuffle", channel_shuffle);
 LOWERING("aten::narrow_copy", narrow_copy);
+LOWERING("aten::unfold_backward", unfold_backward);
 LOWERING("aten::triu", triangle(Compare::GE));
 LOWERING("aten::tril", triangle(Compare::LE));
 LOWERING("aten::constant_pad_nd", constant_pad_nd);

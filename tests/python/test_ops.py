@@ -504,6 +504,31 @@ def test_segment_reduce(reduce, initial):
             expected = torch.segment_reduce(data, reduce, **segments, **kw)
             tpu_segments = {k: v.to("tpu") for k, v in segments.items()}
             assert_same(torch.segment_reduce(data.to("tpu"), reduce, **tpu_segments, **kw), expected, equal_nan=True)
+        # Batched segments along axis 1: lengths [2, 3] over data [2, 4, 3].
+        batched = torch.arange(24.0).reshape(2, 4, 3).sin()
+        lengths = torch.tensor([[1, 3, 0], [2, 0, 2]])
+        for segments in (
+            {"lengths": lengths},
+            {"offsets": torch.cat([torch.zeros(2, 1, dtype=torch.long), lengths.cumsum(1)], 1)},
+        ):
+            expected = torch.segment_reduce(batched, reduce, axis=1, **segments, **kw)
+            tpu_segments = {k: v.to("tpu") for k, v in segments.items()}
+            actual = torch.segment_reduce(batched.to("tpu"), reduce, axis=1, **tpu_segments, **kw)
+            torch.testing.assert_close(actual.cpu(), expected, equal_nan=True)
+
+
+def test_unfold_backward():
+    x = torch.randn(3, 10, 4)
+    for dim, size, step in [(1, 3, 2), (1, 4, 4), (1, 2, 5), (2, 2, 1), (0, 3, 1), (-1, 4, 3)]:
+        compare_fn(lambda t, d=dim, n=size, s=step: t.unfold(d, n, s) * 1.5, x)
+
+
+def test_matrix_exp():
+    # Norms from tiny to ones that need squaring, batched, float32 and float64.
+    a = torch.randn(5, 4, 4) * torch.tensor([1e-3, 0.5, 3.0, 8.0, 0.0]).view(5, 1, 1)
+    for dtype, tol in [(torch.float32, 1e-5), (torch.float64, 1e-12)]:
+        compare_fn(torch.linalg.matrix_exp, a.to(dtype), tol={"atol": tol, "rtol": tol})
+    compare_fn(torch.linalg.matrix_exp, torch.randn(3, 3) * 2, tol={"atol": 1e-4, "rtol": 1e-5})
 
 
 def test_torch_norm_overloads():
