@@ -70,6 +70,10 @@ bool takes_complex(std::string_view op) {
       "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh", "aten::isnan", "aten::isinf", "aten::addcmul",
       "aten::addcdiv", "aten::logical_and", "aten::logical_or", "aten::logical_xor", "aten::logical_not",
       "aten::eye.m_out", "aten::eye.out", "aten::linspace.out", "aten::logspace.out", "aten::linalg_matrix_exp",
+      "aten::unfold_backward", "aten::im2col", "aten::col2im", "aten::put", "aten::nonzero_static",
+      "aten::count_nonzero", "aten::count_nonzero.dim_IntList", "aten::any", "aten::all", "aten::any.dim",
+      "aten::all.dim", "aten::any.dims", "aten::all.dims", "aten::norm.Scalar", "aten::norm.ScalarOpt_dim",
+      "aten::norm.ScalarOpt_dim_dtype", "aten::addbmm", "aten::scatter.reduce", "aten::logsumexp",
       // reductions and products
       "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::prod", "aten::prod.dim_int",
       "aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction",

@@ -295,8 +295,10 @@ std::vector<Value> logsumexp(LoweringContext& c) {
   DType acc = opmath_type(c.out().dtype);
   Value x = accumulated_input(c, 0);
   std::vector<int64_t> dims = reduced_dims(c, 1, x.rank());
-  Value m = reduce_extreme(c.b, x, dims, true);
-  m = c.b.select(c.b.unary(Unary::IsFinite, m), m, c.b.constant(0, m.type));
+  // Complex numbers shift by the largest real part, as CPU does.
+  const bool complex = stablehlo::is_complex(x.dtype());
+  Value m = reduce_extreme(c.b, complex ? c.b.real(x) : x, dims, true);
+  m = c.b.cast(c.b.select(c.b.unary(Unary::IsFinite, m), m, c.b.constant(0, m.type)), x.dtype());
   Value e = c.b.unary(Unary::Exp, c.b.binary(Binary::Subtract, x, expand_back(c.b, m, x.shape(), dims)));
   Value s = c.b.reduce(e, c.b.scalar(0, acc), dims, Binary::Add);
   return {as_out(c, c.b.binary(Binary::Add, c.b.unary(Unary::Log, s), m), 0)};
