@@ -74,8 +74,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_lstsq(const at
   TORCH_CHECK(self.scalar_type() == b.scalar_type(),
               "torch.linalg.lstsq: Expected input and other to have the same dtype, but got input's dtype ",
               self.scalar_type(), " and other's dtype ", b.scalar_type());
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()),
-              "torch.linalg.lstsq: Expected a floating point tensor as input. Got ", self.scalar_type());
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()) || at::isComplexType(self.scalar_type()),
+              "torch.linalg.lstsq: Expected a floating point or complex tensor as input. Got ", self.scalar_type());
   const bool vector = b.dim() == self.dim() - 1;
   const int64_t m = self.size(-2), n = self.size(-1), k = vector ? 1 : b.size(-1);
   TORCH_CHECK(b.size(vector ? -1 : -2) == m, "torch.linalg.lstsq: input.size(-2) should match other.size(-",
@@ -96,8 +96,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_lstsq(const at
     singular = batch;
     singular.push_back(std::min(m, n));
   }
-  return {meta_like(self, solution), meta_like(self, residuals),
-          at::empty(rank, self.options().device(at::kMeta).dtype(at::kLong)), meta_like(self, singular)};
+  // Residuals and singular values are real (float for complex64).
+  const auto real = self.options().device(at::kMeta).dtype(c10::toRealValueType(self.scalar_type()));
+  return {meta_like(self, solution), at::empty(residuals, real),
+          at::empty(rank, self.options().device(at::kMeta).dtype(at::kLong)), at::empty(singular, real)};
 }
 
 // _add_relu.Scalar: add.Scalar's result (relu keeps shape and dtype).

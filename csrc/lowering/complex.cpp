@@ -74,6 +74,12 @@ bool takes_complex(std::string_view op) {
       "aten::count_nonzero", "aten::count_nonzero.dim_IntList", "aten::any", "aten::all", "aten::any.dim",
       "aten::all.dim", "aten::any.dims", "aten::all.dims", "aten::norm.Scalar", "aten::norm.ScalarOpt_dim",
       "aten::norm.ScalarOpt_dim_dtype", "aten::addbmm", "aten::scatter.reduce", "aten::logsumexp",
+      // linear algebra (factorizations.cpp: conjugates, adjoints and |x|^2 where real code transposes and squares)
+      "aten::linalg_cholesky_ex", "aten::cholesky", "aten::_cholesky_solve_helper", "aten::cholesky_inverse",
+      "aten::linalg_solve_triangular", "aten::triangular_solve", "aten::linalg_lu_factor_ex", "aten::linalg_lu_solve",
+      "aten::_linalg_solve_ex", "aten::linalg_inv_ex", "aten::_linalg_det", "aten::_linalg_slogdet", "aten::linalg_lu",
+      "aten::lu_unpack", "aten::geqrf", "aten::linalg_householder_product", "aten::ormqr", "aten::linalg_qr",
+      "aten::_linalg_eigh", "aten::_linalg_svd", "aten::linalg_lstsq",
       // reductions and products
       "aten::sum", "aten::sum.dim_IntList", "aten::mean", "aten::mean.dim", "aten::prod", "aten::prod.dim_int",
       "aten::var.correction", "aten::std.correction", "aten::var_mean.correction", "aten::std_mean.correction",

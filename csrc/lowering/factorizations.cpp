@@ -34,6 +34,21 @@ Value flat_batch(Builder& b, const Value& x, const Shape& batch) {
 
 Value transpose_last(Builder& b, const Value& x) { return b.transpose(x, {0, 2, 1}); }
 
+// Complex numbers: the conjugate, the conjugate transpose and |x|^2 (real);
+// real values are their own conjugate.
+Value conj(Builder& b, const Value& x) {
+  return stablehlo::is_complex(x.dtype()) ? b.complex(b.real(x), b.unary(Unary::Negate, b.imag(x))) : x;
+}
+Value adjoint(Builder& b, const Value& x) { return conj(b, transpose_last(b, x)); }
+Value abs2(Builder& b, const Value& x) {
+  Value re = b.real(x), sq = b.binary(Binary::Multiply, re, re);
+  if (!stablehlo::is_complex(x.dtype())) return sq;
+  Value im = b.imag(x);
+  return b.binary(Binary::Add, sq, b.binary(Binary::Multiply, im, im));
+}
+// A real value as the complex (or real) dtype t.
+Value as_type(Builder& b, const Value& x, DType t) { return b.cast(x, t); }
+
 // Where col - row >= k (upper) or <= k (lower), over x's last two dims.
 Value band(Builder& b, const TensorType& t, bool upper, int64_t k) {
   const int64_t r = t.rank();
@@ -61,10 +76,11 @@ Value diagonal(Builder& b, const Value& x) {
 
 // Solves with the triangle of `a` that `lower` names (the other is ignored,
 // as LAPACK does); a unit diagonal is taken as ones.
-Value tri_solve(Builder& b, Value a, const Value& rhs, bool left, bool lower, bool unit, bool transpose) {
+using TriOp = Builder::TriangularOp;
+Value tri_solve(Builder& b, Value a, const Value& rhs, bool left, bool lower, bool unit, TriOp op) {
   a = triangle(b, a, !lower);
   if (unit) a = b.select(diagonal_mask(b, a.type), b.constant(1, a.type), a);
-  return b.triangular_solve(a, rhs, left, lower, unit, transpose);
+  return b.triangular_solve(a, rhs, left, lower, unit, op);
 }
 
 // All of `ok` (bool) true, as a 0-d bool: a device-side check.
@@ -81,7 +97,7 @@ Value all_true(Builder& b, const Value& ok) {
 // on), 0 if none.
 Value cholesky_info(Builder& b, const Value& l) {
   const int64_t batch = l.shape()[0], n = l.shape()[1];
-  Value d = diagonal(b, l);
+  Value d = b.real(diagonal(b, l));
   Value bad = b.unary(Unary::Not, b.compare(Compare::GT, d, b.constant(0, d.type)));
   const TensorType it{DType::Int32, {batch, n}};
   Value order = b.binary(Binary::Add, b.iota(it, 1), b.constant_int(1, it));
@@ -124,8 +140,8 @@ std::vector<Value> cholesky(LoweringContext& c) {
 
 // X with L L^H X = B (or U^H U X = B), a and rhs batch-flattened alike.
 Value cholesky_solve_of(Builder& b, const Value& factor, const Value& rhs, bool upper) {
-  Value y = tri_solve(b, factor, rhs, true, !upper, false, upper);
-  return tri_solve(b, factor, y, true, !upper, false, !upper);
+  Value y = tri_solve(b, factor, rhs, true, !upper, false, upper ? TriOp::Adjoint : TriOp::None);
+  return tri_solve(b, factor, y, true, !upper, false, upper ? TriOp::None : TriOp::Adjoint);
 }
 
 // _cholesky_solve_helper(self=B, A=factor, upper): cholesky_solve has broadcast both.
@@ -158,7 +174,7 @@ std::vector<Value> linalg_solve_triangular(LoweringContext& c) {
   const Shape batch = batch_of(c.out().shape);
   if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
   Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), rhs = flat_batch(c.b, c.b.cast(c.tensor(1), t), batch);
-  return {c.b.reshape(tri_solve(c.b, a, rhs, left, !upper, unit, false), c.out().shape)};
+  return {c.b.reshape(tri_solve(c.b, a, rhs, left, !upper, unit, TriOp::None), c.out().shape)};
 }
 
 // triangular_solve(self=B, A, upper=True, transpose=False, unitriangular=False)
@@ -170,7 +186,7 @@ std::vector<Value> triangular_solve(LoweringContext& c) {
   Value a = c.b.broadcast_to(c.b.cast(c.tensor(1), t), c.out(1).shape);
   if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), a};
   Value x = tri_solve(c.b, flat_batch(c.b, a, batch), flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), true, !upper,
-                      unit, transpose);
+                      unit, transpose ? TriOp::Transpose : TriOp::None);
   return {c.b.reshape(x, c.out(0).shape), a};
 }
 
@@ -224,10 +240,13 @@ Lu lu_factor(Builder& b, const Value& x) {
         // (NaN only if all are), the first of equal ones.
         Value col = column(r, a, j);
         Value rows = r.iota(column_t, 1), jc = splat(j, {batch, m}, {});
-        Value mag = r.unary(Unary::Abs, col);
+        // LAPACK's i?amax: |re| + |im| for complex numbers.
+        Value mag = stablehlo::is_complex(t)
+                        ? r.binary(Binary::Add, r.unary(Unary::Abs, r.real(col)), r.unary(Unary::Abs, r.imag(col)))
+                        : r.unary(Unary::Abs, col);
         mag = r.select(r.compare(Compare::NE, mag, mag), r.constant(-1, mag.type), mag);
         mag = r.select(r.compare(Compare::GE, rows, jc), mag, r.constant(-2, mag.type));
-        Value best = r.reduce(mag, r.scalar(-3, t), {1}, Binary::Maximum);
+        Value best = r.reduce(mag, r.scalar(-3, mag.dtype()), {1}, Binary::Maximum);
         Value is_best = r.compare(Compare::EQ, mag, splat(best, {batch, m}, {0}));
         Value p = r.reduce(r.select(is_best, rows, r.constant_int(m, column_t)), i32(r, m), {1}, Binary::Minimum);
         // Swap rows j and p.
@@ -304,18 +323,18 @@ Value inverse_permutation(Builder& b, const Value& perm) {
   return b.reduce(b.select(hit, b.iota(t, 1), b.constant_int(0, t)), i32(b, 0), {1}, Binary::Add);
 }
 
-// X with A X = B (left) or X A = B, adjoint: A^H in place of A; A = P L U
+// X with A X = B (left) or X A = B, conjugate: A^H in place of A; A = P L U
 // given by lu [B, n, n] and pivots, rhs [B, n, k] (left) or [B, k, n].
-Value lu_solve_of(Builder& b, const Value& lu, const Value& pivots, const Value& rhs, bool left, bool adjoint) {
-  if (!left)  // X A = B is A^T X^T = B^T (real dtypes)
-    return transpose_last(b, lu_solve_of(b, lu, pivots, transpose_last(b, rhs), true, !adjoint));
+Value lu_solve_of(Builder& b, const Value& lu, const Value& pivots, const Value& rhs, bool left, bool conjugate) {
+  if (!left)  // X op(A) = B is op(A)^H X^H = B^H
+    return adjoint(b, lu_solve_of(b, lu, pivots, adjoint(b, rhs), true, !conjugate));
   Value perm = permutation(b, pivots, lu.shape()[1]);
-  if (!adjoint) {
-    Value y = tri_solve(b, lu, permute_rows(b, rhs, perm), true, true, true, false);
-    return tri_solve(b, lu, y, true, false, false, false);
+  if (!conjugate) {
+    Value y = tri_solve(b, lu, permute_rows(b, rhs, perm), true, true, true, TriOp::None);
+    return tri_solve(b, lu, y, true, false, false, TriOp::None);
   }
-  Value y = tri_solve(b, lu, rhs, true, false, false, true);
-  Value z = tri_solve(b, lu, y, true, true, true, true);
+  Value y = tri_solve(b, lu, rhs, true, false, false, TriOp::Adjoint);
+  Value z = tri_solve(b, lu, y, true, true, true, TriOp::Adjoint);
   return permute_rows(b, z, inverse_permutation(b, perm));
 }
 
@@ -362,7 +381,6 @@ std::vector<Value> linalg_solve_ex(LoweringContext& c) {
   const DType t = c.out(0).dtype;
   const bool left = !c.has(2) || c.args[2].b;
   const TensorType& lu_t = c.out(1);
-  const int64_t n = lu_t.shape.back();
   if (lu_t.numel() == 0 || c.out(0).numel() == 0)
     return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant_int(1, c.out(2)),
             c.b.constant(0, c.out(3))};
@@ -431,18 +449,22 @@ std::vector<Value> linalg_det(LoweringContext& c) {
 
 // _linalg_slogdet(A) -> (sign, logabsdet, LU, pivots)
 std::vector<Value> linalg_slogdet(LoweringContext& c) {
-  const DType t = c.out(0).dtype;
+  const DType t = c.out(0).dtype, part = c.out(1).dtype;
   if (c.out(2).numel() == 0)
     return {c.b.constant(1, c.out(0)), c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2)),
             c.b.constant_int(1, c.out(3))};
   Lu f = determinant_lu(c, c.out(2).shape);
   Value d = diagonal(c.b, f.lu);
-  Value zero = c.b.constant(0, d.type);
-  Value signs = c.b.select(c.b.compare(Compare::GT, d, zero), c.b.constant(1, d.type),
-                           c.b.select(c.b.compare(Compare::LT, d, zero), c.b.constant(-1, d.type), zero));
+  Value zero = c.b.constant(0, d.type), mag = c.b.unary(Unary::Abs, d);
+  // Each pivot's sign: +-1 (0 for 0 and NaN, as sign()), or d / |d| for complex numbers (sgn()).
+  Value signs = stablehlo::is_complex(t)
+                    ? c.b.select(c.b.compare(Compare::EQ, d, zero), zero,
+                                 c.b.binary(Binary::Divide, d, as_type(c.b, mag, d.dtype())))
+                    : c.b.select(c.b.compare(Compare::GT, d, zero), c.b.constant(1, d.type),
+                                 c.b.select(c.b.compare(Compare::LT, d, zero), c.b.constant(-1, d.type), zero));
   Value sign = c.b.binary(Binary::Multiply, c.b.reduce(signs, c.b.scalar(1, t), {1}, Binary::Multiply),
                           permutation_sign(c.b, f.pivots, t));
-  Value logabs = c.b.reduce(c.b.unary(Unary::Log, c.b.unary(Unary::Abs, d)), c.b.scalar(0, t), {1}, Binary::Add);
+  Value logabs = c.b.reduce(c.b.unary(Unary::Log, mag), c.b.scalar(0, part), {1}, Binary::Add);
   return {c.b.reshape(sign, c.out(0).shape), c.b.reshape(logabs, c.out(1).shape), c.b.reshape(f.lu, c.out(2).shape),
           c.b.reshape(f.pivots, c.out(3).shape)};
 }
@@ -504,22 +526,23 @@ Value reflector(Builder& r, const Value& a, const Value& j) {
                   r.select(r.compare(Compare::GT, rows, jb), col, r.constant(0, col.type)));
 }
 
-// x - tau v (v^T x) for x [B, m, p], v [B, m], tau [B]: H x, H = I - tau v v^T.
+// x - tau v (v^H x) for x [B, m, p], v [B, m], tau [B]: H x, H = I - tau v v^H.
 Value reflect(Builder& r, const Value& x, const Value& v, const Value& tau) {
   const Shape& s = x.shape();
-  Value w = r.dot_general(v, x, {0}, {0}, {1}, {1});  // [B, p]
+  Value w = r.dot_general(conj(r, v), x, {0}, {0}, {1}, {1});  // [B, p]
   Value tv = r.binary(Binary::Multiply, v, r.broadcast_in_dim(tau, v.shape(), {0}));
   return r.binary(Binary::Subtract, x,
                   r.binary(Binary::Multiply, r.broadcast_in_dim(tv, s, {0, 1}), r.broadcast_in_dim(w, s, {0, 2})));
 }
 
 // geqrf of x [B, m, n]: R on and above the diagonal, reflector j's tail below
-// it, tau [B, min(m, n)]. Reflector j as LAPACK's dlarfg makes it: beta =
-// -sign(alpha) |(alpha, x)|, tau = (beta - alpha) / beta, tail x / (alpha - beta);
-// none (tau 0) when the tail is already 0.
+// it, tau [B, min(m, n)]. Reflector j as LAPACK's ?larfg makes it: beta =
+// -sign(re alpha) |(alpha, x)| (real), tau = (beta - alpha) / beta, tail x /
+// (alpha - beta); none (tau 0) when the tail is already 0 and alpha real.
+// The trailing columns get H^H (conj(tau)), so that A = H_0 ... H_{k-1} R.
 std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
   const int64_t batch = x.shape()[0], m = x.shape()[1], n = x.shape()[2], k = std::min(m, n);
-  const DType t = x.dtype();
+  const DType t = x.dtype(), part = stablehlo::real_part_type(t);
   auto state = b.while_loop(
       {i32(b, 0), x, b.constant(0, {t, {batch, k}})},
       [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
@@ -527,16 +550,19 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
       },
       [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
         const Value &j = s[0], &a = s[1], zero = i32(r, 0);
-        const TensorType vt{t, {batch, m}}, bt{t, {batch}};
+        const TensorType vt{t, {batch, m}}, bt{t, {batch}}, pt{part, {batch}};
         Value col = column(r, a, j);
         Value rows = r.iota({DType::Int32, {batch, m}}, 1), jb = r.broadcast_in_dim(j, {batch, m}, {});
         Value below = r.compare(Compare::GT, rows, jb);
         Value alpha = r.reshape(r.dynamic_slice(a, {zero, j, j}, {batch, 1, 1}), {batch});
-        Value tail = r.reduce(r.select(below, r.binary(Binary::Multiply, col, col), r.constant(0, vt)), r.scalar(0, t),
-                              {1}, Binary::Add);
-        Value norm = r.unary(Unary::Sqrt, r.binary(Binary::Add, r.binary(Binary::Multiply, alpha, alpha), tail));
-        Value beta = r.select(r.compare(Compare::GE, alpha, r.constant(0, bt)), r.unary(Unary::Negate, norm), norm);
-        Value none = r.compare(Compare::EQ, tail, r.constant(0, bt));
+        Value tail = r.reduce(r.select(below, abs2(r, col), r.constant(0, {part, {batch, m}})), r.scalar(0, part), {1},
+                              Binary::Add);
+        Value norm = r.unary(Unary::Sqrt, r.binary(Binary::Add, abs2(r, alpha), tail));
+        Value beta_re =
+            r.select(r.compare(Compare::GE, r.real(alpha), r.constant(0, pt)), r.unary(Unary::Negate, norm), norm);
+        Value beta = as_type(r, beta_re, t);
+        Value none = r.binary(Binary::And, r.compare(Compare::EQ, tail, r.constant(0, pt)),
+                              r.compare(Compare::EQ, r.imag(alpha), r.constant(0, pt)));
         Value tau =
             r.select(none, r.constant(0, bt), r.binary(Binary::Divide, r.binary(Binary::Subtract, beta, alpha), beta));
         Value scale = r.select(none, r.constant(0, bt),
@@ -551,7 +577,7 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
                                  r.select(r.compare(Compare::EQ, rows, jb), r.broadcast_in_dim(beta, {batch, m}, {0}),
                                           r.select(below, v, col)));
         Value next =
-            r.select(r.compare(Compare::GT, cols, jf), reflect(r, a, v, tau),
+            r.select(r.compare(Compare::GT, cols, jf), reflect(r, a, v, conj(r, tau)),
                      r.select(r.compare(Compare::EQ, cols, jf), r.broadcast_in_dim(new_col, {batch, m, n}, {0, 1}), a));
         Value at = r.compare(Compare::EQ, r.iota({DType::Int32, {batch, k}}, 1), r.broadcast_in_dim(j, {batch, k}, {}));
         Value taus = r.select(at, r.broadcast_in_dim(tau, {batch, k}, {0}), s[2]);
@@ -561,7 +587,7 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
 }
 
 // Applies the reflectors of geqrf-packed a [B, m, *] with tau [B, k] to
-// c [B, m, p] from the left: Q c, or Q^T c with `transpose` (Q = H_0 ... H_{k-1}).
+// c [B, m, p] from the left: Q c, or Q^H c with `transpose` (Q = H_0 ... H_{k-1}).
 Value apply_q(Builder& b, const Value& a, const Value& tau, const Value& c, bool transpose) {
   const int64_t k = tau.shape()[1], batch = tau.shape()[0];
   if (k == 0) return c;  // no reflectors: Q = I
@@ -571,9 +597,10 @@ Value apply_q(Builder& b, const Value& a, const Value& tau, const Value& c, bool
         return {r.compare(Compare::LT, s[0], i32(r, k))};
       },
       [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
-        // Q c applies H_{k-1} first; Q^T c applies H_0 first.
+        // Q c applies H_{k-1} first; Q^H c applies H_0^H (conj(tau)) first.
         Value j = transpose ? s[0] : r.binary(Binary::Subtract, i32(r, k - 1), s[0]);
         Value tau_j = r.reshape(r.dynamic_slice(tau, {i32(r, 0), j}, {batch, 1}), {batch});
+        if (transpose) tau_j = conj(r, tau_j);
         return {r.binary(Binary::Add, s[0], i32(r, 1)), reflect(r, s[1], reflector(r, a, j), tau_j)};
       });
   return state[1];
@@ -608,8 +635,8 @@ std::vector<Value> householder_product(LoweringContext& c) {
   return {c.b.reshape(q, c.out().shape)};
 }
 
-// ormqr(self [m, n], tau, other, left=True, transpose=False): Q other, Q^T
-// other, other Q or other Q^T.
+// ormqr(self [m, n], tau, other, left=True, transpose=False): Q other, Q^H
+// other, other Q or other Q^H.
 std::vector<Value> ormqr(LoweringContext& c) {
   const DType t = c.out().dtype;
   const bool left = !c.has(3) || c.args[3].b, transpose = c.has(4) && c.args[4].b;
@@ -617,9 +644,9 @@ std::vector<Value> ormqr(LoweringContext& c) {
   const Shape batch = batch_of(c.out().shape);
   Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch), tau = flat_tau(c.b, c.tensor(1), batch, t);
   Value other = flat_batch(c.b, c.b.cast(c.tensor(2), t), batch);
-  // other Q = (Q^T other^T)^T
+  // other Q = (Q^H other^H)^H
   Value y = left ? apply_q(c.b, a, tau, other, transpose)
-                 : transpose_last(c.b, apply_q(c.b, a, tau, transpose_last(c.b, other), !transpose));
+                 : adjoint(c.b, apply_q(c.b, a, tau, adjoint(c.b, other), !transpose));
   return {c.b.reshape(y, c.out().shape)};
 }
 
@@ -658,10 +685,15 @@ Value set_columns(Builder& r, const Value& x, const Value& p, const Value& q, co
   return r.select(at_p, r.broadcast_in_dim(new_p, s, {0, 1}), r.select(at_q, r.broadcast_in_dim(new_q, s, {0, 1}), x));
 }
 
-// Columns p, q of x rotated: (c x_p - s x_q, s x_p + c x_q), c and s per batch.
-Value rotate_columns(Builder& r, const Value& x, const Value& p, const Value& q, const Value& c, const Value& s) {
+// Columns p, q of x rotated: (c x_p - s x_q, s x_p + c x_q), c and s real
+// per batch. A complex x first turns column q by conj(phase) (a unit complex
+// number per batch), so that the pair's product becomes real.
+Value rotate_columns(Builder& r, const Value& x, const Value& p, const Value& q, const Value& c, const Value& s,
+                     const Value* phase = nullptr) {
   Value xp = column(r, x, p), xq = column(r, x, q);
-  Value cb = r.broadcast_in_dim(c, xp.shape(), {0}), sb = r.broadcast_in_dim(s, xp.shape(), {0});
+  if (phase) xq = r.binary(Binary::Multiply, xq, r.broadcast_in_dim(conj(r, *phase), xq.shape(), {0}));
+  Value cb = r.broadcast_in_dim(as_type(r, c, x.dtype()), xp.shape(), {0}),
+        sb = r.broadcast_in_dim(as_type(r, s, x.dtype()), xp.shape(), {0});
   auto mul = [&](const Value& a, const Value& b) { return r.binary(Binary::Multiply, a, b); };
   return set_columns(r, x, p, q, r.binary(Binary::Subtract, mul(cb, xp), mul(sb, xq)),
                      r.binary(Binary::Add, mul(sb, xp), mul(cb, xq)));
@@ -681,6 +713,14 @@ std::pair<Value, Value> jacobi_rotation(Builder& r, const Value& app, const Valu
   Value c = r.unary(Unary::Rsqrt, r.binary(Binary::Add, r.binary(Binary::Multiply, tan, tan), k(1)));
   Value s = r.binary(Binary::Multiply, tan, c);
   return {r.select(none, k(1), c), r.select(none, k(0), s)};
+}
+
+// gamma / |gamma| (1 where gamma is 0) and |gamma|, for a complex gamma.
+std::pair<Value, Value> phase_of(Builder& r, const Value& gamma) {
+  Value g = r.unary(Unary::Abs, gamma);
+  Value zero = r.compare(Compare::EQ, g, r.constant(0, g.type));
+  Value phase = r.binary(Binary::Divide, gamma, as_type(r, r.select(zero, r.constant(1, g.type), g), gamma.dtype()));
+  return {r.select(zero, r.constant(1, gamma.type), phase), g};
 }
 
 // Cyclic Jacobi sweeps over the pairs (p, q), p < q < n: `step` rotates the
@@ -735,43 +775,51 @@ Value permute_columns(Builder& b, const Value& x, const Value& perm) {
   return transpose_last(b, permute_rows(b, transpose_last(b, x), perm));
 }
 
-// Eigenvalues (ascending) and eigenvectors of the symmetric a [B, n, n].
+// Eigenvalues (ascending, real) and eigenvectors of the symmetric (Hermitian)
+// a [B, n, n]. A complex pair first turns its off-diagonal entry real (D^H A D,
+// D = diag(1, conj(phase)) on p, q), then rotates as a real one.
 std::pair<Value, Value> eigh_of(Builder& b, const Value& a) {
   const int64_t batch = a.shape()[0], n = a.shape()[1];
-  const DType t = a.dtype();
-  Value norm = b.unary(Unary::Sqrt, b.reduce(b.binary(Binary::Multiply, a, a), b.scalar(0, t), {1, 2}, Binary::Add));
-  auto out = jacobi_sweeps(b, {a, identity_like(b, a.type), norm}, n, epsilon(t), t,
-                           [&](Builder& r, const std::vector<Value>& s, const Value& p, const Value& q) {
-                             const Value &x = s[0], zero = i32(r, 0);
-                             auto entry = [&](const Value& i, const Value& j) {
-                               return r.reshape(r.dynamic_slice(x, {zero, i, j}, {batch, 1, 1}), {batch});
-                             };
-                             Value app = entry(p, p), aqq = entry(q, q), apq = entry(p, q);
-                             auto [c, sn] = jacobi_rotation(r, app, aqq, apq);
-                             // J^T A J: the columns, then the rows (the columns of the transpose).
-                             Value y = rotate_columns(r, x, p, q, c, sn);
-                             y = transpose_last(r, rotate_columns(r, transpose_last(r, y), p, q, c, sn));
-                             Value v = rotate_columns(r, s[1], p, q, c, sn);
-                             Value scale = r.select(r.compare(Compare::GT, s[2], r.constant(0, s[2].type)), s[2],
-                                                    r.constant(1, s[2].type));
-                             Value off = r.binary(Binary::Divide, r.unary(Unary::Abs, apq), scale);
-                             return std::make_pair(std::vector<Value>{y, v, s[2]}, off);
-                           });
-  auto [values, perm] = sort_with_permutation(b, diagonal(b, out[0]), false);
+  const DType part = stablehlo::real_part_type(a.dtype());
+  const bool complex = stablehlo::is_complex(a.dtype());
+  Value norm = b.unary(Unary::Sqrt, b.reduce(abs2(b, a), b.scalar(0, part), {1, 2}, Binary::Add));
+  auto out = jacobi_sweeps(
+      b, {a, identity_like(b, a.type), norm}, n, epsilon(part), part,
+      [&](Builder& r, const std::vector<Value>& s, const Value& p, const Value& q) {
+        const Value &x = s[0], zero = i32(r, 0);
+        auto entry = [&](const Value& i, const Value& j) {
+          return r.reshape(r.dynamic_slice(x, {zero, i, j}, {batch, 1, 1}), {batch});
+        };
+        Value app = r.real(entry(p, p)), aqq = r.real(entry(q, q)), apq = entry(p, q);
+        auto [phase, g] = complex ? phase_of(r, apq) : std::make_pair(apq, apq);
+        const Value* turn = complex ? &phase : nullptr;
+        Value conj_phase = complex ? conj(r, phase) : phase;
+        auto [c, sn] = jacobi_rotation(r, app, aqq, g);
+        // J^T A J: the columns, then the rows (the columns of the transpose).
+        Value y = rotate_columns(r, x, p, q, c, sn, turn);
+        y = transpose_last(r, rotate_columns(r, transpose_last(r, y), p, q, c, sn, complex ? &conj_phase : nullptr));
+        Value v = rotate_columns(r, s[1], p, q, c, sn, turn);
+        Value scale = r.select(r.compare(Compare::GT, s[2], r.constant(0, s[2].type)), s[2], r.constant(1, s[2].type));
+        Value off = r.binary(Binary::Divide, r.unary(Unary::Abs, g), scale);
+        return std::make_pair(std::vector<Value>{y, v, s[2]}, off);
+      });
+  auto [values, perm] = sort_with_permutation(b, b.real(diagonal(b, out[0])), false);
   return {values, permute_columns(b, out[1], perm)};
 }
 
 // _linalg_eigh(A, UPLO="L", compute_v=True) -> (eigenvalues, eigenvectors):
 // the matrix is read from the named triangle.
 std::vector<Value> linalg_eigh(LoweringContext& c) {
-  const DType t = c.out(0).dtype;
+  const DType t = c.out(1).dtype;
   const bool upper = c.has(1) && c.string(1) == "U";
   const bool vectors = !c.has(2) || c.args[2].b;
   if (c.out(0).numel() == 0) return {c.b.constant(0, c.out(0)), c.b.constant(0, c.out(1))};
   const Shape batch = batch_of(c.tensor(0).shape());
   Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch);
   Value strict = triangle(c.b, a, upper, upper ? 1 : -1);
-  Value sym = c.b.binary(Binary::Add, triangle(c.b, a, upper), transpose_last(c.b, strict));
+  Value sym = c.b.binary(Binary::Add, triangle(c.b, a, upper), adjoint(c.b, strict));
+  if (stablehlo::is_complex(t))  // the diagonal's imaginary parts are ignored, as LAPACK does
+    sym = c.b.select(diagonal_mask(c.b, sym.type), as_type(c.b, c.b.real(sym), t), sym);
   auto [values, vecs] = eigh_of(c.b, sym);
   return {c.b.reshape(values, c.out(0).shape), vectors ? c.b.reshape(vecs, c.out(1).shape) : c.b.constant(0, c.out(1))};
 }
@@ -782,31 +830,34 @@ std::vector<Value> linalg_eigh(LoweringContext& c) {
 // descending, V [B, n, n].
 std::vector<Value> tall_svd(Builder& b, const Value& x, int64_t cols) {
   const int64_t batch = x.shape()[0], m = x.shape()[1], n = x.shape()[2];
-  const DType t = x.dtype();
-  const double tolerance = std::sqrt(static_cast<double>(m)) * epsilon(t);
+  const DType t = x.dtype(), part = stablehlo::real_part_type(t);
+  const bool complex = stablehlo::is_complex(t);
+  const double tolerance = std::sqrt(static_cast<double>(m)) * epsilon(part);
   auto out = jacobi_sweeps(
-      b, {x, identity_like(b, {t, {batch, n, n}})}, n, tolerance, t,
+      b, {x, identity_like(b, {t, {batch, n, n}})}, n, tolerance, part,
       [&](Builder& r, const std::vector<Value>& s, const Value& p, const Value& q) {
         Value xp = column(r, s[0], p), xq = column(r, s[0], q);
-        auto dot = [&](const Value& u, const Value& v) {
-          return r.reduce(r.binary(Binary::Multiply, u, v), r.scalar(0, t), {1}, Binary::Add);
-        };
-        Value alpha = dot(xp, xp), beta = dot(xq, xq), gamma = dot(xp, xq);
-        auto [c, sn] = jacobi_rotation(r, alpha, beta, gamma);
+        auto sum = [&](const Value& v) { return r.reduce(v, r.scalar(0, v.dtype()), {1}, Binary::Add); };
+        // x_p^H x_q: a complex one turns column q by its phase first.
+        Value alpha = sum(abs2(r, xp)), beta = sum(abs2(r, xq)),
+              gamma = sum(r.binary(Binary::Multiply, conj(r, xp), xq));
+        auto [phase, g] = complex ? phase_of(r, gamma) : std::make_pair(gamma, gamma);
+        const Value* turn = complex ? &phase : nullptr;
+        auto [c, sn] = jacobi_rotation(r, alpha, beta, g);
         Value scale = r.unary(Unary::Sqrt, r.binary(Binary::Multiply, alpha, beta));
         Value off = r.select(r.compare(Compare::GT, scale, r.constant(0, scale.type)),
-                             r.binary(Binary::Divide, r.unary(Unary::Abs, gamma), scale), r.constant(0, scale.type));
+                             r.binary(Binary::Divide, r.unary(Unary::Abs, g), scale), r.constant(0, scale.type));
         return std::make_pair(
-            std::vector<Value>{rotate_columns(r, s[0], p, q, c, sn), rotate_columns(r, s[1], p, q, c, sn)}, off);
+            std::vector<Value>{rotate_columns(r, s[0], p, q, c, sn, turn), rotate_columns(r, s[1], p, q, c, sn, turn)},
+            off);
       });
-  Value norms =
-      b.unary(Unary::Sqrt, b.reduce(b.binary(Binary::Multiply, out[0], out[0]), b.scalar(0, t), {1}, Binary::Add));
+  Value norms = b.unary(Unary::Sqrt, b.reduce(abs2(b, out[0]), b.scalar(0, part), {1}, Binary::Add));
   auto [sigma, perm] = sort_with_permutation(b, norms, true);
   Value xs = permute_columns(b, out[0], perm), v = permute_columns(b, out[1], perm);
   const TensorType ut{t, {batch, m, n}};
-  Value positive = b.compare(Compare::GT, b.broadcast_in_dim(sigma, ut.shape, {0, 2}), b.constant(0, ut));
-  Value u =
-      b.select(positive, b.binary(Binary::Divide, xs, b.broadcast_in_dim(sigma, ut.shape, {0, 2})), b.constant(0, ut));
+  Value sigma_b = b.broadcast_in_dim(sigma, ut.shape, {0, 2});
+  Value positive = b.compare(Compare::GT, sigma_b, b.constant(0, sigma_b.type));
+  Value u = b.select(positive, b.binary(Binary::Divide, xs, as_type(b, sigma_b, t)), b.constant(0, ut));
   // Columns of a zero singular value, and those past n, are an orthonormal
   // completion: Householder QR of the known columns.
   auto [packed, tau] = geqrf_of(b, u);
@@ -820,7 +871,7 @@ std::vector<Value> tall_svd(Builder& b, const Value& x, int64_t cols) {
 
 // _linalg_svd(A, full_matrices=False, compute_uv=True, driver=None) -> (U, S, Vh)
 std::vector<Value> linalg_svd(LoweringContext& c) {
-  const DType t = c.out(1).dtype;
+  const DType t = c.out(0).dtype;
   const bool full = c.has(1) && c.args[1].b, uv = !c.has(2) || c.args[2].b;
   const Value& a0 = c.tensor(0);
   const int64_t m = a0.shape()[a0.rank() - 2], n = a0.shape()[a0.rank() - 1];
@@ -835,11 +886,11 @@ std::vector<Value> linalg_svd(LoweringContext& c) {
   }
   Value a = flat_batch(c.b, c.b.cast(a0, t), batch);
   const bool wide = m < n;
-  // A wide A is the transpose of a tall one: A^T = U' S V'^T, so U = V', V = U'.
-  auto usv = tall_svd(c.b, wide ? transpose_last(c.b, a) : a, full ? std::max(m, n) : std::min(m, n));
+  // A wide A is the adjoint of a tall one: A^H = U' S V'^H, so U = V', V = U'.
+  auto usv = tall_svd(c.b, wide ? adjoint(c.b, a) : a, full ? std::max(m, n) : std::min(m, n));
   Value u = wide ? usv[2] : usv[0], v = wide ? usv[0] : usv[2];
   return {uv ? c.b.reshape(u, c.out(0).shape) : c.b.constant(0, c.out(0)), c.b.reshape(usv[1], c.out(1).shape),
-          uv ? c.b.reshape(transpose_last(c.b, v), c.out(2).shape) : c.b.constant(0, c.out(2))};
+          uv ? c.b.reshape(adjoint(c.b, v), c.out(2).shape) : c.b.constant(0, c.out(2))};
 }
 
 // linalg_lstsq(self=A [*, m, n], b, rcond?, *, driver?) -> (solution,
@@ -848,7 +899,7 @@ std::vector<Value> linalg_svd(LoweringContext& c) {
 // gelsy / gelsd give, and gels for a full-rank A). rank counts the others;
 // residuals are |A x - b|^2 per column where the meta kernel asks for them.
 std::vector<Value> linalg_lstsq(LoweringContext& c) {
-  const DType t = c.out(0).dtype;
+  const DType t = c.out(0).dtype, part = stablehlo::real_part_type(t);
   const Value& a0 = c.tensor(0);
   const int64_t m = a0.shape()[a0.rank() - 2], n = a0.shape()[a0.rank() - 1];
   const bool vector = c.tensor(1).rank() == a0.rank() - 1;
@@ -865,24 +916,24 @@ std::vector<Value> linalg_lstsq(LoweringContext& c) {
   }
   Value a = flat_batch(c.b, c.b.cast(a0, t), batch), b = flat_batch(c.b, rhs, batch);
   const bool wide = m < n;
-  auto usv = tall_svd(c.b, wide ? transpose_last(c.b, a) : a, std::min(m, n));
+  auto usv = tall_svd(c.b, wide ? adjoint(c.b, a) : a, std::min(m, n));
   Value u = wide ? usv[2] : usv[0], s = usv[1], v = wide ? usv[0] : usv[2];  // [B, m, r], [B, r], [B, n, r]
   const int64_t r = std::min(m, n);
-  const double rcond = c.has(2) ? c.number(2) : epsilon(t) * static_cast<double>(std::max(m, n));
+  const double rcond = c.has(2) ? c.number(2) : epsilon(part) * static_cast<double>(std::max(m, n));
   Value largest = c.b.reshape(c.b.slice(s, {0, 0}, {bt, 1}, {1, 1}), {bt});
   Value kept = c.b.compare(
       Compare::GT, s,
       c.b.broadcast_in_dim(c.b.binary(Binary::Multiply, largest, c.b.constant(rcond, largest.type)), {bt, r}, {0}));
   Value inverse = c.b.select(kept, c.b.binary(Binary::Divide, c.b.constant(1, s.type), s), c.b.constant(0, s.type));
-  Value ut_b = c.b.dot_general(u, b, {0}, {0}, {1}, {1});  // [B, r, k]
-  ut_b = c.b.binary(Binary::Multiply, ut_b, c.b.broadcast_in_dim(inverse, {bt, r, k}, {0, 1}));
+  Value ut_b = c.b.dot_general(conj(c.b, u), b, {0}, {0}, {1}, {1});  // U^H b [B, r, k]
+  ut_b = c.b.binary(Binary::Multiply, ut_b, c.b.broadcast_in_dim(as_type(c.b, inverse, t), {bt, r, k}, {0, 1}));
   Value x = c.b.dot_general(v, ut_b, {0}, {0}, {2}, {1});  // [B, n, k]
   std::vector<Value> out{c.b.reshape(x, c.out(0).shape)};
   if (c.out(1).numel() == 0) {
     out.push_back(c.b.constant(0, c.out(1)));
   } else {
     Value fit = c.b.binary(Binary::Subtract, c.b.dot_general(a, x, {0}, {0}, {2}, {1}), b);
-    Value squares = c.b.reduce(c.b.binary(Binary::Multiply, fit, fit), c.b.scalar(0, t), {1}, Binary::Add);
+    Value squares = c.b.reduce(abs2(c.b, fit), c.b.scalar(0, part), {1}, Binary::Add);
     out.push_back(c.b.reshape(squares, c.out(1).shape));
   }
   out.push_back(c.out(2).numel() == 0 ? c.b.constant(0, c.out(2))
@@ -905,7 +956,7 @@ std::vector<Value> linalg_matrix_exp(LoweringContext& c) {
   const DType t = stablehlo::is_complex(out.dtype) ? DType::Complex128 : DType::Float64;
   const DType part = stablehlo::real_part_type(t);
   const Shape batch = batch_of(out.shape);
-  const int64_t bt = product(batch), n = out.shape.back();
+  const int64_t bt = product(batch);
   Value a = flat_batch(c.b, c.b.cast(c.tensor(0), t), batch);  // [B, n, n]
   Value norm = c.b.reduce(c.b.reduce(c.b.unary(Unary::Abs, a), c.b.scalar(0, part), {1}, Binary::Add),
                           c.b.scalar(0, part), {1}, Binary::Maximum);  // [B]

@@ -981,24 +981,29 @@ Value Builder::reverse(const Value& x, const std::vector<int64_t>& dims) {
 }
 
 Value Builder::cholesky(const Value& a, bool lower) {
-  if (a.rank() < 2 || a.shape()[a.rank() - 1] != a.shape()[a.rank() - 2] || !is_float(a.dtype()))
-    refuse("cholesky", "needs a batch of square float matrices", {a});
+  if (a.rank() < 2 || a.shape()[a.rank() - 1] != a.shape()[a.rank() - 2] ||
+      !(is_float(a.dtype()) || is_complex(a.dtype())))
+    refuse("cholesky", "needs a batch of square float or complex matrices", {a});
   return emit("cholesky", {a}, std::string("lower = ") + (lower ? "true" : "false"), a.type);
 }
 
 Value Builder::triangular_solve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
-                                bool transpose_a) {
+                                TriangularOp op) {
   const int64_t r = a.rank();
   const bool shapes_ok = r >= 2 && b.rank() == r && a.shape()[r - 1] == a.shape()[r - 2] &&
                          std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin()) &&
                          b.shape()[left_side ? r - 2 : r - 1] == a.shape()[r - 1];
-  if (!shapes_ok || a.dtype() != b.dtype() || !is_float(a.dtype()))
-    refuse("triangular_solve", "needs float a [..., n, n] and b of the same batch and dtype sharing n", {a, b});
+  if (!shapes_ok || a.dtype() != b.dtype() || !(is_float(a.dtype()) || is_complex(a.dtype())))
+    refuse("triangular_solve", "needs float or complex a [..., n, n] and b of the same batch and dtype sharing n",
+           {a, b});
   auto flag = [](bool v) { return v ? "true" : "false"; };
   return emit("triangular_solve", {a, b},
               std::string("left_side = ") + flag(left_side) + ", lower = " + flag(lower) +
                   ", unit_diagonal = " + flag(unit_diagonal) + ", transpose_a = #stablehlo<transpose " +
-                  (transpose_a ? "TRANSPOSE" : "NO_TRANSPOSE") + ">",
+                  (op == TriangularOp::Adjoint     ? "ADJOINT"
+                   : op == TriangularOp::Transpose ? "TRANSPOSE"
+                                                   : "NO_TRANSPOSE") +
+                  ">",
               b.type);
 }
 

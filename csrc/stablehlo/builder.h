@@ -240,8 +240,10 @@ class Builder {
   Value cholesky(const Value& a, bool lower);
   // Solves op(a) x = b (left_side) or x op(a) = b for x, with a triangular
   // [..., n, n] and b [..., n, k] / [..., k, n] of the same batch.
+  // op(a) is a, its transpose, or its conjugate transpose (adjoint).
+  enum class TriangularOp { None, Transpose, Adjoint };
   Value triangular_solve(const Value& a, const Value& b, bool left_side, bool lower, bool unit_diagonal,
-                         bool transpose_a);
+                         TriangularOp op);
 
  private:
   Value emit(const std::string& op, const std::vector<Value>& operands, const std::string& attrs,

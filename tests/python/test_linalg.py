@@ -198,3 +198,60 @@ def test_lstsq_of_a_rank_deficient_matrix():
         torch.randn(5, 2),
         tol={"atol": 1e-3, "rtol": 1e-3},
     )
+
+
+def test_complex_factorizations_and_solves():
+    # Conjugates where real code transposes: LU pivots on |re| + |im| as LAPACK
+    # does, Householder QR with complex tau, Cholesky of a Hermitian matrix,
+    # solves with A^H, and determinants with unit complex signs.
+    torch.manual_seed(0)
+    c64 = torch.complex64
+    a, b = torch.randn(3, 4, 4, dtype=c64), torch.randn(3, 4, 2, dtype=c64)
+    h = a @ a.mH + 4 * torch.eye(4)
+    same(torch.linalg.lu_factor_ex, a)
+    factor, pivots = torch.linalg.lu_factor(a)
+    for adjoint in (False, True):
+        same(lambda f, y, adj=adjoint: torch.linalg.lu_solve(f, pivots.to(f.device), y, adjoint=adj), factor, b)
+        same(
+            lambda f, y, adj=adjoint: torch.linalg.lu_solve(f, pivots.to(f.device), y, left=False, adjoint=adj),
+            factor,
+            b.mT,
+        )
+    for fn in (torch.linalg.solve, lambda x, y: torch.linalg.solve(x, y.mT, left=False)):
+        same(fn, a, b)
+    for fn in (torch.linalg.inv, torch.linalg.det, torch.linalg.slogdet, torch.linalg.lu):
+        same(fn, a)
+    same(torch.linalg.cholesky_ex, h)
+    lower = torch.linalg.cholesky(h)
+    same(lambda f, y: torch.cholesky_solve(y, f), lower, b)
+    same(lambda f, y: torch.cholesky_solve(y, f, upper=True), lower.mH, b)
+    same(torch.cholesky_inverse, lower[0])
+    t = torch.triu(a) + 3 * torch.eye(4)
+    same(lambda x, y: torch.linalg.solve_triangular(x, y, upper=True), t, b)
+    same(lambda x, y: torch.triangular_solve(y, x, transpose=True), t, b)
+    same(torch.linalg.qr, a)
+    same(torch.geqrf, a)
+    packed, tau = torch.geqrf(a)
+    same(torch.linalg.householder_product, packed, tau)
+    for left in (True, False):
+        for transpose in (False, True):
+            same(lambda x, tt, y, l=left, tr=transpose: torch.ormqr(x, tt, y, left=l, transpose=tr), packed, tau, a)
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 4), (3, 4, 6)])
+def test_complex_svd_eigh_and_lstsq(shape):
+    torch.manual_seed(0)
+    m = torch.randn(*shape, dtype=torch.complex64)
+    with torch_tpu.set_fallback("error"):
+        u, s, vh = torch.linalg.svd(m.to("tpu"), full_matrices=False)
+        torch.testing.assert_close(((u * s.unsqueeze(-2).to(u.dtype)) @ vh).cpu(), m, **TOL)
+        torch.testing.assert_close(s.cpu(), torch.linalg.svdvals(m), **TOL)
+        u, _, _ = torch.linalg.svd(m.to("tpu"))
+        torch.testing.assert_close((u.mH @ u).cpu(), torch.eye(shape[1], dtype=m.dtype).expand_as(u.cpu()), **TOL)
+        h = m @ m.mH
+        w, v = torch.linalg.eigh(h.to("tpu"))
+        torch.testing.assert_close(w.cpu(), torch.linalg.eigvalsh(h), **TOL)
+        torch.testing.assert_close(((v * w.unsqueeze(-2).to(v.dtype)) @ v.mH).cpu(), h, **TOL)
+    tall = m if shape[1] > shape[2] else m.mT
+    same(lambda x, y: torch.linalg.lstsq(x, y).solution, tall, torch.randn(3, tall.shape[1], 2, dtype=m.dtype))
+    same(torch.linalg.pinv, m)
