@@ -235,7 +235,7 @@ def test_complex_factorizations_and_solves():
     same(torch.linalg.householder_product, packed, tau)
     for left in (True, False):
         for transpose in (False, True):
-            same(lambda x, tt, y, l=left, tr=transpose: torch.ormqr(x, tt, y, left=l, transpose=tr), packed, tau, a)
+            same(lambda x, tt, y, lf=left, tr=transpose: torch.ormqr(x, tt, y, left=lf, transpose=tr), packed, tau, a)
 
 
 @pytest.mark.parametrize("shape", [(3, 5, 4), (3, 4, 6)])
