@@ -73,7 +73,10 @@ bool takes_complex(std::string_view op) {
       "aten::unfold_backward", "aten::im2col", "aten::col2im", "aten::put", "aten::nonzero_static",
       "aten::count_nonzero", "aten::count_nonzero.dim_IntList", "aten::any", "aten::all", "aten::any.dim",
       "aten::all.dim", "aten::any.dims", "aten::all.dims", "aten::norm.Scalar", "aten::norm.ScalarOpt_dim",
-      "aten::norm.ScalarOpt_dim_dtype", "aten::addbmm", "aten::scatter.reduce", "aten::logsumexp",
+      "aten::norm.ScalarOpt_dim_dtype", "aten::addbmm", "aten::scatter.reduce", "aten::logsumexp", "aten::lerp.Scalar",
+      "aten::lerp.Tensor", "aten::sinc", "aten::silu", "aten::narrow_copy", "aten::pixel_shuffle",
+      "aten::pixel_unshuffle", "aten::channel_shuffle", "aten::masked_scatter", "aten::trace", "aten::linalg_cross",
+      "aten::scatter.value_reduce",
       // linear algebra (factorizations.cpp: conjugates, adjoints and |x|^2 where real code transposes and squares)
       "aten::linalg_cholesky_ex", "aten::cholesky", "aten::_cholesky_solve_helper", "aten::cholesky_inverse",
       "aten::linalg_solve_triangular", "aten::triangular_solve", "aten::linalg_lu_factor_ex", "aten::linalg_lu_solve",

@@ -440,7 +440,8 @@ std::vector<Value> lerp(LoweringContext& c) {
   Value low = c.b.binary(Binary::Add, a, c.b.binary(Binary::Multiply, w, diff));
   Value high =
       c.b.binary(Binary::Subtract, e, c.b.binary(Binary::Multiply, diff, c.b.binary(Binary::Subtract, one, w)));
-  Value small = c.b.compare(stablehlo::Compare::LT, c.b.unary(Unary::Abs, w), c.b.constant(0.5, c.out()));
+  Value magnitude = c.b.unary(Unary::Abs, w);  // real for complex weights too
+  Value small = c.b.compare(stablehlo::Compare::LT, magnitude, c.b.constant(0.5, magnitude.type));
   return {c.b.select(small, low, high)};
 }
 
