@@ -505,7 +505,16 @@ std::vector<Value> linalg_lu(LoweringContext& c) {
 std::vector<Value> lu_unpack(LoweringContext& c) {
   const Value& data = c.tensor(0);
   const Shape batch = batch_of(data.shape());
-  if (data.type.numel() == 0) throw Declined("lu_unpack: empty LU");
+  if (data.type.numel() == 0) {  // no factors: P is the identity (of m rows), L and U are zeros
+    const TensorType& p = c.out(0);
+    Value eye =
+        p.numel() == 0
+            ? c.b.constant(0, p)
+            : c.b.reshape(
+                  identity_like(c.b, {p.dtype, {product(batch_of(p.shape)), p.shape[p.rank() - 2], p.shape.back()}}),
+                  p.shape);
+    return {eye, c.b.constant(0, c.out(1)), c.b.constant(0, c.out(2))};
+  }
   Value lu = flat_batch(c.b, data, batch);
   std::vector<Value> plu = unpack(c.b, lu, flat_pivots(c.b, c.tensor(1), batch));
   for (size_t i = 0; i < 3; ++i)

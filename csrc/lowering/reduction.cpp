@@ -360,7 +360,7 @@ std::vector<Value> histc(LoweringContext& c) {
   Value x = c.b.reshape(c.b.cast(x0, t), {x0.type.numel()});
   Value lo = c.b.constant(c.number(2), scalar), hi = c.b.constant(c.number(3), scalar);
   if (c.number(2) == c.number(3)) {
-    if (x0.type.numel() == 0) throw Declined("histc: empty input with min == max");
+    if (x0.type.numel() == 0) return {c.b.constant(0, c.out())};  // no values: empty bins, as on CPU
     lo = c.b.reduce(x, highest(c.b, t), {0}, Binary::Minimum);
     hi = c.b.reduce(x, lowest(c.b, t), {0}, Binary::Maximum);
     Value same = c.b.compare(Compare::EQ, lo, hi), one = c.b.constant(1, scalar);
@@ -487,6 +487,21 @@ std::vector<Value> segment_reduce(LoweringContext& c) {
   return {r};
 }
 
+// hash_tensor(self, dim=[], *, keepdim=False, mode=0): the XOR of the values
+// widened to float64 (floats) or 64-bit integers and read as uint64 bits.
+std::vector<Value> hash_tensor(LoweringContext& c) {
+  if (c.has(3) && c.integer(3) != 0) throw Declined("hash_tensor: a mode other than 0 (xor)");
+  const Value& x = c.tensor(0);
+  const DType t = x.dtype();
+  if (stablehlo::is_complex(t)) throw Declined("hash_tensor: complex values");
+  const DType wide = stablehlo::is_float(t)          ? DType::Float64
+                     : stablehlo::is_unsigned_int(t) ? DType::UInt64
+                                                     : DType::Int64;
+  Value bits = c.b.bitcast_convert(c.b.convert(x, wide), {DType::UInt64, x.shape()});
+  Value r = c.b.reduce(bits, c.b.scalar(0, DType::UInt64), reduced_dims(c, 1, x.rank()), Binary::Xor);
+  return {c.b.reshape(r, c.out().shape)};
+}
+
 }  // namespace
 
 // count_nonzero.dim_IntList(self, dim) / count_nonzero(self, dim?): int64 counts.
@@ -546,6 +561,7 @@ LOWERING("aten::renorm", renorm);
 LOWERING("aten::count_nonzero.dim_IntList", count_nonzero);
 LOWERING("aten::count_nonzero", count_nonzero);
 LOWERING("aten::trace", trace);
+LOWERING("aten::hash_tensor", hash_tensor);
 LOWERING("aten::sum", sum_all);
 LOWERING("aten::mean.dim", mean);
 LOWERING("aten::mean", mean_all);

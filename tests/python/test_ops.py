@@ -517,6 +517,27 @@ def test_segment_reduce(reduce, initial):
             torch.testing.assert_close(actual.cpu(), expected, equal_nan=True)
 
 
+def test_hash_tensor_and_empty_inputs():
+    x = torch.randn(4, 5)
+    with torch_tpu.set_fallback("error"):
+        for t in (x, x.double(), (x * 100).long(), (x * 10).to(torch.int8), x > 0, (x.abs() * 50).to(torch.uint8)):
+            assert torch.equal(torch.hash_tensor(t.to("tpu")).cpu(), torch.hash_tensor(t))
+            assert torch.equal(
+                torch.hash_tensor(t.to("tpu"), 1, keepdim=True).cpu(), torch.hash_tensor(t, 1, keepdim=True)
+            )
+        empty = torch.randn(2, 4, 0)
+        for a, e in zip(
+            torch.native_group_norm(empty.to("tpu"), None, None, 2, 4, 0, 2, 1e-5),
+            torch.native_group_norm(empty, None, None, 2, 4, 0, 2, 1e-5),
+            strict=True,
+        ):
+            torch.testing.assert_close(a.cpu(), e, equal_nan=True)
+        assert torch.equal(torch.histc(torch.tensor([]).to("tpu"), bins=4).cpu(), torch.histc(torch.tensor([]), bins=4))
+        lu, pivots = torch.randn(2, 3, 0), torch.zeros(2, 0, dtype=torch.int32)  # P is the 3x3 identity
+        for a, e in zip(torch.lu_unpack(lu.to("tpu"), pivots.to("tpu")), torch.lu_unpack(lu, pivots), strict=True):
+            assert a.shape == e.shape and torch.equal(a.cpu(), e)
+
+
 def test_unfold_backward():
     x = torch.randn(3, 10, 4)
     for dim, size, step in [(1, 3, 2), (1, 4, 4), (1, 2, 5), (2, 2, 1), (0, 3, 1), (-1, 4, 3)]:
