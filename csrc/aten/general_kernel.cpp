@@ -410,6 +410,74 @@ c10::IValue to_meta(const c10::IValue& v) {
 // index_put_ with one bool (or uint8) mask among its indices and a
 // one-element value on the CPU is masked_fill_ with the value's number, as in
 // PyTorch's index_put_ (so x[mask] = torch.tensor(2) casts 2 to x's dtype).
+// CPU's checks of advanced-indexing arguments, with its error types: index
+// dtypes (IndexError), uint8 masks (a deprecation warning per mask), masks
+// that do not match the indexed shape are checked where they expand.
+void check_index_dtypes(const std::vector<c10::IValue>& args) {
+  for (const auto& v : args) {
+    if (!v.isOptionalTensorList()) continue;
+    for (const auto& t : v.toOptionalTensorList()) {
+      const std::optional<at::Tensor>& index = t;
+      if (!index || !index->defined()) continue;
+      const auto type = index->scalar_type();
+      TORCH_CHECK_INDEX(type == at::kLong || type == at::kInt || type == at::kByte || type == at::kBool,
+                        "tensors used as indices must be long, int, byte or bool tensors");
+      if (type == at::kByte)
+        TORCH_WARN("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.");
+    }
+  }
+}
+
+// After masks became coordinates: the indices broadcast together, a dimension
+// of size 0 takes no index, and index_put's values broadcast to the indexed
+// result, each raised as CPU raises it.
+void check_index_shapes(const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (!args[a].isOptionalTensorList() || !args[0].isTensor()) continue;
+    const at::Tensor& self = args[0].toTensor();
+    std::vector<at::Tensor> defined;
+    int64_t dim = 0;
+    for (const auto& t : args[a].toOptionalTensorList()) {
+      const std::optional<at::Tensor>& index = t;
+      if (index && index->defined()) {
+        TORCH_CHECK_INDEX(dim >= self.dim() || self.size(dim) != 0 || index->numel() == 0,
+                          "index is out of bounds for dimension with size 0");
+        defined.push_back(*index);
+      }
+      ++dim;
+    }
+    if (defined.empty()) continue;
+    std::vector<int64_t> shape = defined[0].sizes().vec();
+    for (size_t k = 1; k < defined.size(); ++k) {
+      bool ok = true;
+      try {
+        shape = at::infer_size(shape, defined[k].sizes());
+      } catch (const c10::Error&) {
+        ok = false;
+      }
+      if (!ok) {
+        std::string shapes;
+        for (size_t j = 0; j < defined.size(); ++j) shapes += (j ? ", " : "") + c10::str(defined[j].sizes());
+        TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together with shapes ",
+                          shapes);
+      }
+    }
+    if (plan.index_put && args.size() > a + 1 && args[a + 1].isTensor()) {
+      // The indexed result's shape, from PyTorch's meta kernel for index.
+      c10::List<std::optional<at::Tensor>> meta_indices;
+      for (const auto& t : args[a].toOptionalTensorList()) {
+        const std::optional<at::Tensor>& index = t;
+        meta_indices.push_back(index && index->defined() ? std::optional<at::Tensor>(index->to(at::kMeta))
+                                                         : std::nullopt);
+      }
+      const at::Tensor result = at::index(self.to(at::kMeta), meta_indices);
+      const at::Tensor& values = args[a + 1].toTensor();
+      TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()), "shape mismatch: value tensor of shape ",
+                  values.sizes(), " cannot be broadcast to indexing result of shape ", result.sizes());
+    }
+  }
+}
+
 bool index_put_as_masked_fill(const OpPlan& plan, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
   if (!plan.index_put) return false;
   if (args.size() < 4 || args[3].toBool() || !args[2].isTensor()) return false;  // accumulate
@@ -848,8 +916,10 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  check_index_dtypes(args);
   if (index_put_as_masked_fill(plan, args, stack)) return;
   expand_index_masks(args, stack);
+  check_index_shapes(plan, args);
   resolve_generators(op.schema(), args);
   decline_complex(plan, args);
   resolve_math_views(plan, args);

@@ -391,3 +391,32 @@ def test_embedding_bag(mode, padding_idx):
     assert torch.equal(actual[2].cpu(), expected[2])
     if mode == "max":
         assert torch.equal(actual[3].cpu(), expected[3])
+
+
+def test_bad_advanced_indices_raise_cpus_errors():
+    # PyTorch's test_indexing.py checks these error types and messages; the
+    # general kernel raises them before any program is built.
+    cases = [
+        (IndexError, "for dimension with size 0", lambda d: torch.empty(10, 0, device=d)[:, [0, 1]]),
+        (IndexError, "shape mismatch", lambda d: torch.zeros(5, 5, device=d)[[0, 1], [0, 1, 2]]),
+        (IndexError, "shape mismatch", lambda d: torch.zeros(5, 5, device=d).__setitem__(([0, 1], [0, 1, 2]), 0)),
+        (IndexError, "must be long, int, byte or bool", lambda d: torch.ones(3, device=d)[torch.ones(1, device=d)]),
+        (IndexError, None, lambda d: torch.ones(2, 3, 4, device=d)[False, [0, 1], ...]),
+    ]
+    for error, match, fn in cases:
+        with pytest.raises(error, match=match):
+            fn("cpu")
+        with torch_tpu.set_fallback("error"), pytest.raises(error, match=match):
+            fn("tpu")
+    a = torch.arange(4, device="tpu")
+    for value in ([], [1, 2, 3]):
+        with pytest.raises(RuntimeError, match=r"shape mismatch: value tensor of shape \[\d\] cannot be broadcast"):
+            a[a > -1] = torch.tensor(value).to("tpu")
+
+
+def test_uint8_masks_warn_as_on_cpu():
+    v = torch.randn(5, 7, 3)
+    mask = torch.tensor([1, 0, 1, 1, 0], dtype=torch.uint8)
+    with pytest.warns(UserWarning, match="indexing with dtype torch.uint8 is now deprecated"):
+        got = v.to("tpu")[mask.to("tpu")]
+    assert torch.equal(got.cpu(), v[mask.bool()])
