@@ -410,6 +410,22 @@ c10::IValue to_meta(const c10::IValue& v) {
 // index_put_ with one bool (or uint8) mask among its indices and a
 // one-element value on the CPU is masked_fill_ with the value's number, as in
 // PyTorch's index_put_ (so x[mask] = torch.tensor(2) casts 2 to x's dtype).
+// TorchScript hands a Tensor?[] over as a Tensor[] (x[x < 50] = 1.0 in a
+// scripted function): the same indices, as the list type the kernels read.
+void optional_tensor_lists(const c10::FunctionSchema& schema, std::vector<c10::IValue>& args,
+                           torch::jit::Stack* stack) {
+  for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i) {
+    if (!args[i].isList() || args[i].isOptionalTensorList()) continue;
+    auto list = schema.arguments()[i].type()->cast<c10::ListType>();
+    if (!list || list->getElementType()->kind() != c10::TypeKind::OptionalType) continue;
+    c10::List<std::optional<at::Tensor>> optional;
+    for (const c10::IValue& t : args[i].toListRef())
+      optional.push_back(t.isTensor() ? std::optional<at::Tensor>(t.toTensor()) : std::nullopt);
+    args[i] = optional;
+    (*stack)[stack->size() - args.size() + i] = args[i];
+  }
+}
+
 // CPU's checks of advanced-indexing arguments, with its error types: index
 // dtypes (IndexError), uint8 masks (a deprecation warning per mask), masks
 // that do not match the indexed shape are checked where they expand.
@@ -916,6 +932,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  optional_tensor_lists(op.schema(), args, stack);
   check_index_dtypes(args);
   if (index_put_as_masked_fill(plan, args, stack)) return;
   expand_index_masks(args, stack);

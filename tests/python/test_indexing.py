@@ -420,3 +420,16 @@ def test_uint8_masks_warn_as_on_cpu():
     with pytest.warns(UserWarning, match="indexing with dtype torch.uint8 is now deprecated"):
         got = v.to("tpu")[mask.to("tpu")]
     assert torch.equal(got.cpu(), v[mask.bool()])
+
+
+def test_masked_assignment_in_a_scripted_function():
+    # TorchScript passes index_put_'s Tensor?[] indices as a plain list.
+    def fill_small(x):
+        x[x < 50] = 1.0
+        return x
+
+    scripted = torch.jit.script(fill_small)
+    data = torch.arange(100, dtype=torch.float)
+    with torch_tpu.set_fallback("error"):
+        got = scripted(data.clone().to("tpu")).cpu()
+    assert torch.equal(got, fill_small(data.clone()))
