@@ -410,6 +410,21 @@ c10::IValue to_meta(const c10::IValue& v) {
 // index_put_ with one bool (or uint8) mask among its indices and a
 // one-element value on the CPU is masked_fill_ with the value's number, as in
 // PyTorch's index_put_ (so x[mask] = torch.tensor(2) casts 2 to x's dtype).
+// all / any written into a uint8 out= tensor test the input converted to
+// uint8 first, as CPU's legacy path does (0.5 counts as zero there).
+void uint8_all_any(const OpPlan& plan, std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  if (plan.name.rfind("aten::all", 0) != 0 && plan.name.rfind("aten::any", 0) != 0) return;
+  if (args.empty() || !args[0].isTensor()) return;
+  const at::Tensor& self = args[0].toTensor();
+  if (self.scalar_type() == at::kBool || self.scalar_type() == at::kByte) return;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (plan.is_out[i] && args[i].isTensor() && args[i].toTensor().scalar_type() == at::kByte) {
+      args[0] = self.to(at::kByte);
+      (*stack)[stack->size() - args.size()] = args[0];
+      return;
+    }
+}
+
 // TorchScript hands a Tensor?[] over as a Tensor[] (x[x < 50] = 1.0 in a
 // scripted function): the same indices, as the list type the kernels read.
 void optional_tensor_lists(const c10::FunctionSchema& schema, std::vector<c10::IValue>& args,
@@ -933,6 +948,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
   std::vector<c10::IValue> args(stack->end() - n, stack->end());
   optional_tensor_lists(op.schema(), args, stack);
+  uint8_all_any(plan, args, stack);
   check_index_dtypes(args);
   if (index_put_as_masked_fill(plan, args, stack)) return;
   expand_index_masks(args, stack);

@@ -39,7 +39,7 @@ bool trusted(const c10::Error& e) {
   if (dynamic_cast<const c10::IndexError*>(&e))
     return says("Dimension out of range") || says("too many indices") || says("non-zero size");
   if (dynamic_cast<const c10::TypeError*>(&e)) return true;
-  for (std::string_view about : {"dtype", "scalar type", "result type", "can't be cast"})
+  for (std::string_view about : {"dtype", "scalar type", "result type", "can't be cast", "tensor for result"})
     if (says(about)) return true;
   return false;
 }

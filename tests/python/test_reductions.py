@@ -413,3 +413,17 @@ def test_histogram_and_histogramdd():
         torch.testing.assert_close(actual.cpu(), expected)
         with pytest.raises(RuntimeError, match="not finite"):
             torch.histogram(torch.tensor([1.0, float("nan")], device="tpu"), 3).hist.cpu()
+
+
+def test_all_any_out_dtypes_as_on_cpu():
+    # A float out= tensor is refused with CPU's message; a uint8 one tests the
+    # input converted to uint8 (0.5 counts as zero), as CPU's legacy path does.
+    x = torch.tensor([[0.5, 2.0, 3.0], [1.5, 0.25, 4.0]])
+    for fn, name in ((torch.all, "all"), (torch.any, "any")):
+        with pytest.raises(RuntimeError, match=f"{name} only supports bool tensor for result"):
+            fn(x.to("tpu"), 0, out=torch.empty(3, device="tpu"))
+        for dim in (0, 1):
+            expected = fn(x, dim, out=torch.empty(0, dtype=torch.uint8))
+            with torch_tpu.set_fallback("error"):
+                actual = fn(x.to("tpu"), dim, out=torch.empty(0, dtype=torch.uint8, device="tpu"))
+            assert torch.equal(actual.cpu(), expected)
