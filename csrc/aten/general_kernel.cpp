@@ -63,6 +63,7 @@ struct OpPlan {
   // Tagged pointwise by PyTorch: a TensorIterator op (CPU's checks trust its stand-ins fully).
   bool pointwise = false;
   OverlapRule overlap = OverlapRule::None;  // what CPU's kernel checks about the memory the op writes
+  bool all_any = false;                     // aten::all / aten::any overloads: a uint8 out= converts the input first
   bool index_put = false;                   // index_put, index_put_, _index_put_impl_ (a mask may make it masked_fill_)
 };
 
@@ -184,6 +185,7 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
   plan.writes_from_functional = plan.functional && s.returns().empty();
   plan.pointwise = op.hasTag(at::Tag::pointwise) || (plan.functional && plan.functional->hasTag(at::Tag::pointwise));
   plan.overlap = overlap_rule(plan.name, plan.pointwise);
+  plan.all_any = s.name() == "aten::all" || s.name() == "aten::any";
   plan.index_put =
       s.name() == "aten::index_put_" || s.name() == "aten::index_put" || s.name() == "aten::_index_put_impl_";
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
@@ -413,8 +415,7 @@ c10::IValue to_meta(const c10::IValue& v) {
 // all / any written into a uint8 out= tensor test the input converted to
 // uint8 first, as CPU's legacy path does (0.5 counts as zero there).
 void uint8_all_any(const OpPlan& plan, std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
-  if (plan.name.rfind("aten::all", 0) != 0 && plan.name.rfind("aten::any", 0) != 0) return;
-  if (args.empty() || !args[0].isTensor()) return;
+  if (!plan.all_any || args.empty() || !args[0].isTensor()) return;
   const at::Tensor& self = args[0].toTensor();
   if (self.scalar_type() == at::kBool || self.scalar_type() == at::kByte) return;
   for (size_t i = 0; i < args.size(); ++i)

@@ -46,8 +46,6 @@ Value abs2(Builder& b, const Value& x) {
   Value im = b.imag(x);
   return b.binary(Binary::Add, sq, b.binary(Binary::Multiply, im, im));
 }
-// A real value as the complex (or real) dtype t.
-Value as_type(Builder& b, const Value& x, DType t) { return b.cast(x, t); }
 
 // Where col - row >= k (upper) or <= k (lower), over x's last two dims.
 Value band(Builder& b, const TensorType& t, bool upper, int64_t k) {
@@ -457,11 +455,11 @@ std::vector<Value> linalg_slogdet(LoweringContext& c) {
   Value d = diagonal(c.b, f.lu);
   Value zero = c.b.constant(0, d.type), mag = c.b.unary(Unary::Abs, d);
   // Each pivot's sign: +-1 (0 for 0 and NaN, as sign()), or d / |d| for complex numbers (sgn()).
-  Value signs = stablehlo::is_complex(t)
-                    ? c.b.select(c.b.compare(Compare::EQ, d, zero), zero,
-                                 c.b.binary(Binary::Divide, d, as_type(c.b, mag, d.dtype())))
-                    : c.b.select(c.b.compare(Compare::GT, d, zero), c.b.constant(1, d.type),
-                                 c.b.select(c.b.compare(Compare::LT, d, zero), c.b.constant(-1, d.type), zero));
+  Value signs =
+      stablehlo::is_complex(t)
+          ? c.b.select(c.b.compare(Compare::EQ, d, zero), zero, c.b.binary(Binary::Divide, d, c.b.cast(mag, d.dtype())))
+          : c.b.select(c.b.compare(Compare::GT, d, zero), c.b.constant(1, d.type),
+                       c.b.select(c.b.compare(Compare::LT, d, zero), c.b.constant(-1, d.type), zero));
   Value sign = c.b.binary(Binary::Multiply, c.b.reduce(signs, c.b.scalar(1, t), {1}, Binary::Multiply),
                           permutation_sign(c.b, f.pivots, t));
   Value logabs = c.b.reduce(c.b.unary(Unary::Log, mag), c.b.scalar(0, part), {1}, Binary::Add);
@@ -569,7 +567,7 @@ std::pair<Value, Value> geqrf_of(Builder& b, const Value& x) {
         Value norm = r.unary(Unary::Sqrt, r.binary(Binary::Add, abs2(r, alpha), tail));
         Value beta_re =
             r.select(r.compare(Compare::GE, r.real(alpha), r.constant(0, pt)), r.unary(Unary::Negate, norm), norm);
-        Value beta = as_type(r, beta_re, t);
+        Value beta = r.cast(beta_re, t);
         Value none = r.binary(Binary::And, r.compare(Compare::EQ, tail, r.constant(0, pt)),
                               r.compare(Compare::EQ, r.imag(alpha), r.constant(0, pt)));
         Value tau =
@@ -701,8 +699,8 @@ Value rotate_columns(Builder& r, const Value& x, const Value& p, const Value& q,
                      const Value* phase = nullptr) {
   Value xp = column(r, x, p), xq = column(r, x, q);
   if (phase) xq = r.binary(Binary::Multiply, xq, r.broadcast_in_dim(conj(r, *phase), xq.shape(), {0}));
-  Value cb = r.broadcast_in_dim(as_type(r, c, x.dtype()), xp.shape(), {0}),
-        sb = r.broadcast_in_dim(as_type(r, s, x.dtype()), xp.shape(), {0});
+  Value cb = r.broadcast_in_dim(r.cast(c, x.dtype()), xp.shape(), {0}),
+        sb = r.broadcast_in_dim(r.cast(s, x.dtype()), xp.shape(), {0});
   auto mul = [&](const Value& a, const Value& b) { return r.binary(Binary::Multiply, a, b); };
   return set_columns(r, x, p, q, r.binary(Binary::Subtract, mul(cb, xp), mul(sb, xq)),
                      r.binary(Binary::Add, mul(sb, xp), mul(cb, xq)));
@@ -728,7 +726,7 @@ std::pair<Value, Value> jacobi_rotation(Builder& r, const Value& app, const Valu
 std::pair<Value, Value> phase_of(Builder& r, const Value& gamma) {
   Value g = r.unary(Unary::Abs, gamma);
   Value zero = r.compare(Compare::EQ, g, r.constant(0, g.type));
-  Value phase = r.binary(Binary::Divide, gamma, as_type(r, r.select(zero, r.constant(1, g.type), g), gamma.dtype()));
+  Value phase = r.binary(Binary::Divide, gamma, r.cast(r.select(zero, r.constant(1, g.type), g), gamma.dtype()));
   return {r.select(zero, r.constant(1, gamma.type), phase), g};
 }
 
@@ -828,7 +826,7 @@ std::vector<Value> linalg_eigh(LoweringContext& c) {
   Value strict = triangle(c.b, a, upper, upper ? 1 : -1);
   Value sym = c.b.binary(Binary::Add, triangle(c.b, a, upper), adjoint(c.b, strict));
   if (stablehlo::is_complex(t))  // the diagonal's imaginary parts are ignored, as LAPACK does
-    sym = c.b.select(diagonal_mask(c.b, sym.type), as_type(c.b, c.b.real(sym), t), sym);
+    sym = c.b.select(diagonal_mask(c.b, sym.type), c.b.cast(c.b.real(sym), t), sym);
   auto [values, vecs] = eigh_of(c.b, sym);
   return {c.b.reshape(values, c.out(0).shape), vectors ? c.b.reshape(vecs, c.out(1).shape) : c.b.constant(0, c.out(1))};
 }
@@ -866,7 +864,7 @@ std::vector<Value> tall_svd(Builder& b, const Value& x, int64_t cols) {
   const TensorType ut{t, {batch, m, n}};
   Value sigma_b = b.broadcast_in_dim(sigma, ut.shape, {0, 2});
   Value positive = b.compare(Compare::GT, sigma_b, b.constant(0, sigma_b.type));
-  Value u = b.select(positive, b.binary(Binary::Divide, xs, as_type(b, sigma_b, t)), b.constant(0, ut));
+  Value u = b.select(positive, b.binary(Binary::Divide, xs, b.cast(sigma_b, t)), b.constant(0, ut));
   // Columns of a zero singular value, and those past n, are an orthonormal
   // completion: Householder QR of the known columns.
   auto [packed, tau] = geqrf_of(b, u);
@@ -935,7 +933,7 @@ std::vector<Value> linalg_lstsq(LoweringContext& c) {
       c.b.broadcast_in_dim(c.b.binary(Binary::Multiply, largest, c.b.constant(rcond, largest.type)), {bt, r}, {0}));
   Value inverse = c.b.select(kept, c.b.binary(Binary::Divide, c.b.constant(1, s.type), s), c.b.constant(0, s.type));
   Value ut_b = c.b.dot_general(conj(c.b, u), b, {0}, {0}, {1}, {1});  // U^H b [B, r, k]
-  ut_b = c.b.binary(Binary::Multiply, ut_b, c.b.broadcast_in_dim(as_type(c.b, inverse, t), {bt, r, k}, {0, 1}));
+  ut_b = c.b.binary(Binary::Multiply, ut_b, c.b.broadcast_in_dim(c.b.cast(inverse, t), {bt, r, k}, {0, 1}));
   Value x = c.b.dot_general(v, ut_b, {0}, {0}, {2}, {1});  // [B, n, k]
   std::vector<Value> out{c.b.reshape(x, c.out(0).shape)};
   if (c.out(1).numel() == 0) {
