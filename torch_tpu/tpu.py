@@ -93,13 +93,7 @@ def memory_stats(device=None) -> dict:
     "allocated_bytes.all.peak", "allocation.all.current", "num_ooms", ...), "reserved_bytes.all.*"
     (see memory_reserved), "capacity_bytes", and "device.*": the plugin's own statistics
     (PJRT_Device_MemoryStats) where it reports them (the XLA CPU plugin does not)."""
-    stats = dict(_C.memory_stats(_index(device)))
-    reserved = max(stats["allocated_bytes.all.current"], stats.get("device.bytes_in_use", 0))
-    stats["reserved_bytes.all.current"] = reserved
-    stats["reserved_bytes.all.peak"] = max(
-        stats["allocated_bytes.all.peak"], stats.get("device.peak_bytes_in_use", 0), reserved
-    )
-    return dict(sorted(stats.items()))
+    return dict(sorted(_C.memory_stats(_index(device)).items()))
 
 
 def memory_reserved(device=None) -> int:
@@ -135,7 +129,8 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """A child forked after this process used tpu: it cannot use tpu (use spawn)."""
+    return _C._in_bad_fork()
 
 
 # Random numbers: one default torch.Generator per device (seed and offset; see

@@ -9,6 +9,7 @@
 // device before it was recorded: it completes when they are all computed.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -41,7 +42,8 @@ thread_local std::array<c10::StreamId, kMaxDevices> current_stream{};
 std::atomic<c10::StreamId> next_stream_id{1};
 
 void check_device(c10::DeviceIndex index) {
-  const c10::DeviceIndex n = count_devices();
+  // Runtime::get() raises what stops it (no plugin, a forked child) before any range error.
+  const auto n = static_cast<c10::DeviceIndex>(Runtime::get().device_count());
   TORCH_CHECK_INDEX(index >= 0 && index < n && index < kMaxDevices, "torch_tpu: device index ", index,
                     " is out of range: there are ", n,
                     " tpu devices (TORCH_TPU_NUM_DEVICES sets how many the CPU "
@@ -160,7 +162,10 @@ void delete_storage(void* ptr) {
   delete s;
 }
 
-struct TpuAllocator final : c10::Allocator {
+// A DeviceAllocator, so torch.accelerator's memory calls work on tpu. Nothing
+// is cached: a storage's buffer is freed when its last tensor dies, so
+// empty_cache has nothing to release. Every storage counts in the large pool.
+struct TpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     try {
       Runtime::get().allocate(current_device, static_cast<int64_t>(nbytes));
@@ -179,6 +184,48 @@ struct TpuAllocator final : c10::Allocator {
     const auto* s = static_cast<const DeviceStorage*>(src);
     d->value = s->value;
     d->dtype = s->dtype;
+  }
+
+  bool initialized() override { return Runtime::initialized(); }
+  void emptyCache(c10::MempoolId_t /*pool*/) override {}
+  // PJRT orders work by the buffers it reads: no stream to tie a storage to.
+  void recordStream(const c10::DataPtr& /*data*/, c10::Stream /*stream*/) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_device(device);
+    const runtime::MemoryStats m = Runtime::get().memory_stats(device);
+    c10::CachingDeviceAllocator::DeviceStats d;
+    auto fill = [](c10::CachingDeviceAllocator::StatArray& a, int64_t current, int64_t peak, int64_t allocated,
+                   int64_t freed) {
+      using c10::CachingDeviceAllocator::StatType;
+      a[static_cast<size_t>(StatType::AGGREGATE)] = a[static_cast<size_t>(StatType::LARGE_POOL)] = {
+          current, peak, allocated, freed};
+    };
+    fill(d.allocation, m.allocations, m.peak_allocations, m.total_allocations, m.total_frees);
+    fill(d.active, m.allocations, m.peak_allocations, m.total_allocations, m.total_frees);
+    fill(d.segment, m.allocations, m.peak_allocations, m.total_allocations, m.total_frees);
+    for (auto* a : {&d.allocated_bytes, &d.active_bytes, &d.requested_bytes})
+      fill(*a, m.allocated_bytes, m.peak_allocated_bytes, m.total_allocated_bytes, m.total_freed_bytes);
+    fill(d.reserved_bytes, m.reserved_bytes, m.peak_reserved_bytes, m.total_allocated_bytes, m.total_freed_bytes);
+    d.num_ooms = m.ooms;
+    d.num_device_alloc = m.total_allocations;
+    d.num_device_free = m.total_frees;
+    return d;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device(device);
+    Runtime::get().reset_accumulated_memory_stats(device);
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device(device);
+    Runtime::get().reset_peak_memory_stats(device);
+  }
+  // (free, total): total is the capacity allocations are checked against.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device(device);
+    const runtime::MemoryStats m = Runtime::get().memory_stats(device);
+    return {static_cast<size_t>(std::max<int64_t>(m.capacity - m.reserved_bytes, 0)),
+            static_cast<size_t>(m.capacity)};
   }
 };
 

@@ -1,7 +1,9 @@
 #include "pjrt/client.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
+#include <atomic>
 #include <cstring>
 
 namespace torch_tpu::pjrt {
@@ -46,7 +48,16 @@ void put_bytes_field(std::string& out, int field, const std::string& bytes) {
 
 // ---------------------------------------------------------------- Plugin
 
+namespace {
+std::atomic<bool> forked_child{false};
+void mark_forked_child() { forked_child.store(true); }
+}  // namespace
+
+bool Plugin::in_forked_child() { return forked_child.load(); }
+
 std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
+  static const int atfork = pthread_atfork(nullptr, nullptr, &mark_forked_child);
+  (void)atfork;
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* why = dlerror();
@@ -92,6 +103,7 @@ void Plugin::check(PJRT_Error* error, const char* call) const {
 // ---------------------------------------------------------------- Event
 
 Event::~Event() {
+  if (Plugin::in_forked_child()) return;  // see in_forked_child
   auto a = args<PJRT_Event_Destroy_Args>();
   a.event = event_;
   if (PJRT_Error* e = plugin_->api()->PJRT_Event_Destroy(&a)) {
@@ -118,6 +130,7 @@ bool Event::ready() const {
 // ---------------------------------------------------------------- Buffer
 
 Buffer::~Buffer() {
+  if (Plugin::in_forked_child()) return;  // see in_forked_child
   if (is_placeholder()) return;
   auto a = args<PJRT_Buffer_Destroy_Args>();
   a.buffer = raw();
@@ -192,6 +205,7 @@ Executable::Executable(std::shared_ptr<Plugin> plugin, PJRT_LoadedExecutable* ex
 }
 
 Executable::~Executable() {
+  if (Plugin::in_forked_child()) return;  // see in_forked_child
   auto a = args<PJRT_LoadedExecutable_Destroy_Args>();
   a.executable = exe_;
   if (PJRT_Error* e = plugin_->api()->PJRT_LoadedExecutable_Destroy(&a)) {
@@ -332,6 +346,7 @@ Client::Client(std::shared_ptr<Plugin> plugin, const std::vector<NamedOption>& o
 }
 
 Client::~Client() {
+  if (Plugin::in_forked_child()) return;  // see in_forked_child
   auto a = args<PJRT_Client_Destroy_Args>();
   a.client = client_;
   if (PJRT_Error* e = plugin_->api()->PJRT_Client_Destroy(&a)) {

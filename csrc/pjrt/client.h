@@ -42,6 +42,11 @@ class Plugin {
   // Throws Error (and frees `error`) when `error` is set.
   void check(PJRT_Error* error, const char* call) const;
 
+  // True in a child forked after a plugin was loaded. The plugin's threads do
+  // not survive fork, so the child must not call into it (a call can hang):
+  // objects it inherited are leaked instead of destroyed.
+  static bool in_forked_child();
+
  private:
   Plugin(const PJRT_Api* api, std::string path) : api_(api), path_(std::move(path)) {}
   const PJRT_Api* api_;

@@ -59,6 +59,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_search_paths", &Runtime::set_search_paths);
   m.def("_register_kernels", &torch_tpu::aten::register_general_kernels);
   m.def("_initialized", &Runtime::initialized);
+  m.def("_in_bad_fork", &Runtime::in_bad_fork);
   m.def("_set_device", [](int i) {
     c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
         ->setDevice(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(i)));
@@ -120,6 +121,8 @@ PYBIND11_MODULE(_C, m) {
         {"num_ooms", s.ooms},
         {"num_alloc_retries", 0},
         {"capacity_bytes", s.capacity},
+        {"reserved_bytes.all.current", s.reserved_bytes},
+        {"reserved_bytes.all.peak", s.peak_reserved_bytes},
     };
     if (auto p = Runtime::get().client().device_memory_stats(d)) {
       out["device.bytes_in_use"] = p->bytes_in_use;

@@ -202,10 +202,21 @@ std::string find_plugin(const std::string& device, const std::vector<std::string
 }
 
 void Runtime::set_search_paths(std::vector<std::string> paths) { search_paths() = std::move(paths); }
-bool Runtime::initialized() { return instance.load() != nullptr; }
+// A child forked after the runtime started cannot use it (pjrt::Plugin::in_forked_child):
+// every use raises this error rather than hang in the plugin.
+bool Runtime::initialized() { return instance.load() != nullptr && !pjrt::Plugin::in_forked_child(); }
+bool Runtime::in_bad_fork() { return instance.load() != nullptr && pjrt::Plugin::in_forked_child(); }
 
 Runtime& Runtime::get() {
-  if (Runtime* r = instance.load()) return *r;
+  if (Runtime* r = instance.load()) {
+    if (in_bad_fork())
+      throw std::runtime_error(
+          "torch_tpu: tpu cannot be used in a process forked after its parent used tpu: the PJRT "
+          "plugin's threads do not survive fork(). Start child processes with the 'spawn' method "
+          "(multiprocessing.set_start_method('spawn'), torch.multiprocessing.spawn, or "
+          "VLLM_WORKER_MULTIPROC_METHOD=spawn for vLLM).");
+    return *r;
+  }
   static std::mutex init_mutex;
   std::lock_guard<std::mutex> lock(init_mutex);
   if (!instance.load()) instance.store(new Runtime());  // lives for the process, like the plugin
@@ -855,9 +866,19 @@ int64_t Runtime::max_memory_allocated(int device) const { return memory_stats(de
 
 MemoryStats Runtime::memory_stats(int device) const {
   this->device(device);  // range check with its message
-  std::lock_guard<std::mutex> lock(memory_mutex_);
-  MemoryStats m = memory_[device];
-  m.capacity = capacity_[device];
+  MemoryStats m;
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex_);
+    m = memory_[device];
+    m.capacity = capacity_[device];
+  }
+  m.reserved_bytes = m.allocated_bytes;
+  m.peak_reserved_bytes = m.peak_allocated_bytes;
+  if (auto p = client().device_memory_stats(device)) {
+    m.reserved_bytes = std::max(m.reserved_bytes, p->bytes_in_use);
+    m.peak_reserved_bytes = std::max(m.peak_reserved_bytes, p->peak_bytes_in_use);
+  }
+  m.peak_reserved_bytes = std::max(m.peak_reserved_bytes, m.reserved_bytes);
   return m;
 }
 

@@ -117,6 +117,9 @@ struct MemoryStats {
   int64_t total_allocations = 0, total_frees = 0;  // cumulative
   int64_t ooms = 0;
   int64_t capacity = 0;  // what the allocation check allows (memory_capacity)
+  // What the device holds for us: the plugin's bytes_in_use where it reports
+  // it (program temporaries included), else allocated_bytes (nothing is cached).
+  int64_t reserved_bytes = 0, peak_reserved_bytes = 0;
 };
 
 enum class EagerMode { Strict, Debug, Fused };
@@ -136,6 +139,8 @@ class Runtime {
   // before first use; the C++ tests use TORCH_TPU_PJRT_PLUGIN instead.
   static void set_search_paths(std::vector<std::string> paths);
   static bool initialized();
+  // A child forked after this process started the runtime: every use raises.
+  static bool in_bad_fork();
 
   const pjrt::Client& client() const { return *client_; }
   size_t device_count() const { return client_->devices().size(); }

@@ -1,5 +1,8 @@
 """The tpu device as PyTorch sees it: autoload, device module, factories, copies, printing."""
 
+import subprocess
+import sys
+
 import torch
 
 import torch_tpu
@@ -102,3 +105,52 @@ def test_device_count_option(run_python):
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "8 2.0"
+
+
+FORK_SCRIPT = """
+import multiprocessing as mp
+
+import torch
+
+import torch_tpu
+
+
+def use_tpu(q):
+    try:
+        q.put(("ok", (torch.ones(3, device="tpu") + 1).cpu().tolist(), torch.tpu._is_in_bad_fork()))
+    except RuntimeError as e:
+        q.put(("error", str(e), torch.tpu._is_in_bad_fork()))
+
+
+def run(method):
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=use_tpu, args=(q,))
+    p.start()
+    result = q.get(timeout=100)
+    p.join(timeout=100)
+    return result, p.exitcode
+
+
+if __name__ == "__main__":
+    print("before", run("fork"))
+    y = torch.ones(2, device="tpu") * 3
+    print("after", run("fork"))
+    print("spawn", run("spawn"))
+    print("parent", (y + 1).cpu().tolist())
+"""
+
+
+def test_fork_after_use_raises_instead_of_hanging(tmp_path):
+    # The PJRT plugin's threads do not survive fork(): a child forked after the
+    # parent used tpu gets a clear error (never a hang); spawn and a fork before
+    # first use work, and the parent stays usable. (A file: spawn re-imports __main__.)
+    script = tmp_path / "fork_child.py"
+    script.write_text(FORK_SCRIPT)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.strip().splitlines())
+    assert lines["before"] == "(('ok', [2.0, 2.0, 2.0], False), 0)"
+    assert "'error'" in lines["after"] and "'spawn' method" in lines["after"] and "True), 0)" in lines["after"]
+    assert lines["spawn"] == "(('ok', [2.0, 2.0, 2.0], False), 0)"
+    assert lines["parent"] == "[4.0, 4.0]"

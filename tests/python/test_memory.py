@@ -72,6 +72,30 @@ def test_memory_stats_reserved_and_info():
     assert torch.tpu.memory_stats()["allocated_bytes.all.current"] == stats["allocated_bytes.all.current"]
 
 
+def test_torch_accelerator_memory_calls():
+    # vLLM and other libraries reach the allocator through torch.accelerator: the same numbers.
+    acc = torch.accelerator
+    assert acc.current_accelerator().type == "tpu"
+    acc.synchronize()
+    base = acc.memory_allocated()
+    assert base == torch.tpu.memory_allocated()
+    x = torch.empty(1 << 16, device="tpu")  # 256 KiB
+    assert acc.memory_allocated() - base == 1 << 18
+    assert acc.memory_reserved() >= acc.memory_allocated()
+    stats = acc.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.tpu.memory_stats()["allocated_bytes.all.current"]
+    assert stats["allocated_bytes.large_pool.current"] == stats["allocated_bytes.all.current"]
+    assert stats["allocated_bytes.small_pool.current"] == 0
+    free, total = acc.get_memory_info()
+    assert (free, total) == torch.tpu.mem_get_info()
+    acc.reset_peak_memory_stats()
+    assert acc.max_memory_allocated() == acc.memory_allocated()
+    del x
+    acc.empty_cache()
+    assert acc.memory_allocated() == base
+    assert acc.max_memory_allocated() == base + (1 << 18)
+
+
 def test_out_of_memory_raises_and_recovers():
     before = torch.tpu.memory_allocated()
     ooms = torch.tpu.memory_stats()["num_ooms"]
