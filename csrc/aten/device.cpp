@@ -198,8 +198,8 @@ struct TpuAllocator final : c10::DeviceAllocator {
     auto fill = [](c10::CachingDeviceAllocator::StatArray& a, int64_t current, int64_t peak, int64_t allocated,
                    int64_t freed) {
       using c10::CachingDeviceAllocator::StatType;
-      a[static_cast<size_t>(StatType::AGGREGATE)] = a[static_cast<size_t>(StatType::LARGE_POOL)] = {
-          current, peak, allocated, freed};
+      a[static_cast<size_t>(StatType::AGGREGATE)] =
+          a[static_cast<size_t>(StatType::LARGE_POOL)] = {current, peak, allocated, freed};
     };
     fill(d.allocation, m.allocations, m.peak_allocations, m.total_allocations, m.total_frees);
     fill(d.active, m.allocations, m.peak_allocations, m.total_allocations, m.total_frees);
@@ -224,8 +224,7 @@ struct TpuAllocator final : c10::DeviceAllocator {
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     check_device(device);
     const runtime::MemoryStats m = Runtime::get().memory_stats(device);
-    return {static_cast<size_t>(std::max<int64_t>(m.capacity - m.reserved_bytes, 0)),
-            static_cast<size_t>(m.capacity)};
+    return {static_cast<size_t>(std::max<int64_t>(m.capacity - m.reserved_bytes, 0)), static_cast<size_t>(m.capacity)};
   }
 };
 
