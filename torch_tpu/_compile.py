@@ -2,8 +2,9 @@
 forward and backward for training) with the core ATen decompositions; each
 resulting ATen graph is encoded as a node list and lowered in C++
 (csrc/python/graph.cpp) through the same rule table as eager, into one
-executable. A graph with an op that has no rule runs eagerly (in the current
-eager mode) with one warning naming the op."""
+executable. Ops with no rule (a library's custom op, an op not lowered yet)
+split the graph: they run eagerly, in the current eager mode, between the
+compiled parts around them, with one warning naming them."""
 
 import contextlib
 import dataclasses
@@ -115,7 +116,7 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
-            if type(val) in (int, float, bool):
+            if val is None or type(val) in (int, float, bool, str):  # a plain value: a constant of this program
                 scalars.append(len(inputs) + len(scalars))
                 refs[node] = val
                 continue
@@ -369,13 +370,102 @@ def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
 def _compiler(gm: torch.fx.GraphModule, example_inputs, kind: str):
     cid, cid_name = _compile_id()
     _note_recompile(cid, cid_name)
+    name = f"{cid_name} {kind}"
+    eager_ops = _ops_without_rule(gm)
+    if eager_ops:
+        return _split(gm, name, eager_ops)
+    return _compile_whole(gm, name)
+
+
+def _compile_whole(gm: torch.fx.GraphModule, name: str):
+    """One program for `gm` (one per shape where sizes are symbolic), or eager where it cannot be one."""
     if _is_symbolic(gm):
-        return _per_shape(gm, f"{cid_name} {kind}")
+        return _per_shape(gm, name)
     try:
-        return _build(gm, f"{cid_name} {kind}")
+        return _build(gm, name)
     except (_Unsupported, NotImplementedError, RuntimeError) as e:
-        warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
+        warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=3)
         return make_boxed_func(gm.forward)
+
+
+_GRAPH_ONLY = {operator.getitem, torch.ops.aten.copy_.default, _WAIT_TENSOR}  # handled by _encode itself
+
+
+def _ops_without_rule(gm: torch.fx.GraphModule) -> set:
+    """The graph's nodes that no rule lowers: ops we have no rule for, library
+    custom ops, higher-order ops (auto_functionalized around a mutating custom op)."""
+    rules = _lowered_ops()
+    eager = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target in _GRAPH_ONLY:
+            continue
+        if not isinstance(node.target, torch._ops.OpOverload) or _op_name(node.target) not in rules:
+            eager.add(node)
+    return eager
+
+
+@functools.cache
+def _lowered_ops() -> frozenset:
+    return frozenset(_C._graph_ops())
+
+
+def _split(gm: torch.fx.GraphModule, name: str, eager_ops: set):
+    """`gm` cut around the ops no rule lowers: each run of lowerable ops between
+    them is compiled as a graph of its own; those ops run eagerly in between."""
+    from torch.fx.passes.split_module import split_module
+
+    part, parts, eager_parts = {}, [0], set()
+
+    def partition(node):
+        if node.target is operator.getitem and node.args[0] in part:
+            part[node] = part[node.args[0]]  # a tuple stays with its producer
+        elif node in eager_ops:
+            parts[0] += 1
+            part[node] = parts[0]
+            eager_parts.add(parts[0])
+            parts[0] += 1
+        else:
+            part[node] = parts[0]
+        return part[node]
+
+    split = split_module(gm, None, partition, keep_original_order=True)
+    for child_name, child in list(split.named_children()):
+        if int(child_name.removeprefix("submod_")) in eager_parts:
+            continue
+        delattr(split, child_name)
+        setattr(split, child_name, _as_module_call(child, f"{name} {child_name}"))
+    names = sorted({_describe(n) for n in eager_ops})
+    warnings.warn(
+        f"torch_tpu: {', '.join(names)} ha{'s' if len(names) == 1 else 've'} no tpu lowering: "
+        "run eagerly between the compiled parts of this graph",
+        stacklevel=3,
+    )
+    return make_boxed_func(split.forward)
+
+
+def _describe(node: torch.fx.Node) -> str:
+    """The op a node calls; for a higher-order op wrapping one (auto_functionalized), the wrapped op."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) and node.args and isinstance(node.args[0], torch._ops.OpOverload):
+        target = node.args[0]
+    return _op_name(target) if isinstance(target, torch._ops.OpOverload) else str(getattr(target, "__name__", target))
+
+
+def _as_module_call(gm: torch.fx.GraphModule, name: str):
+    """A compiled part called as split_module calls its submodules: positional
+    arguments, one value or a tuple back."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    single = not isinstance(output.args[0], (tuple, list))
+    if single:
+        output.args = ((output.args[0],),)
+        gm.recompile()
+    run = _compile_whole(gm, name)
+
+    def call(*args):
+        result = run(list(args))
+        return result[0] if single else tuple(result)
+
+    return call
 
 
 def _per_shape(gm: torch.fx.GraphModule, name: str):

@@ -404,6 +404,12 @@ void bind_graph(py::module& m) {
   m.def("_compile_graph", &compile_graph, py::arg("key"), py::arg("inputs"), py::arg("nodes"), py::arg("outputs"),
         py::arg("output_strides"), py::arg("num_keys"), py::arg("mutations"), py::arg("group") = "");
   m.def("_run_graph", &run_graph);
+  // The ops a compiled graph can hold (rule_for finds a rule): the rest run eagerly between its parts.
+  m.def("_graph_ops", [] {
+    std::vector<std::string> ops;
+    for (auto& op : lowering::registered_ops()) ops.push_back(op.rfind("graph:", 0) == 0 ? op.substr(6) : op);
+    return ops;
+  });
 }
 
 }  // namespace torch_tpu::python

@@ -230,14 +230,49 @@ def test_graph_cache_hits_in_memory_in_metrics():
     assert len(m["graph_compile_ms"]) == 1 and m["recompiles"] == 0
 
 
-def test_graph_with_an_op_without_rule_runs_eagerly():
-    f = torch.compile(lambda x: torch.special.airy_ai(x).sum() + x.sum(), backend="tpu")
+def test_graph_with_an_op_without_rule_runs_it_eagerly_between_compiled_parts():
+    f = torch.compile(lambda x: (torch.special.airy_ai(x.sin()) * 2).sum() + x.sum(), backend="tpu")
     x = torch.randn(4, 4) / 4
+    torch_tpu.reset_metrics()
     with warnings.catch_warnings(record=True) as caught, torch_tpu.set_fallback("cpu"):
         warnings.simplefilter("always")
         out = f(x.to("tpu"))
-    torch.testing.assert_close(out.cpu(), torch.special.airy_ai(x).sum() + x.sum(), rtol=1e-4, atol=1e-4)
-    assert any("runs eagerly" in str(w.message) for w in caught)
+    torch.testing.assert_close(out.cpu(), (torch.special.airy_ai(x.sin()) * 2).sum() + x.sum(), rtol=1e-4, atol=1e-4)
+    messages = [str(w.message) for w in caught if "between the compiled parts" in str(w.message)]
+    assert len(messages) == 1 and "aten::special_airy_ai" in messages[0], messages
+    parts = torch_tpu.metrics()["graph_compile_ms"]
+    assert len(parts) == 2, parts  # sin before the op, the rest after it
+
+
+# A library's own op on tpu (as vLLM's attention): a custom op that writes into
+# an argument, with a fake kernel, inside a compiled graph.
+@torch.library.custom_op("torch_tpu_test::scaled_add_into", mutates_args=("out",))
+def _scaled_add_into(x: torch.Tensor, y: torch.Tensor, scale: float, out: torch.Tensor) -> None:
+    out.copy_(x + scale * y)
+
+
+@_scaled_add_into.register_fake
+def _(x, y, scale, out):
+    return None
+
+
+def test_custom_op_with_fake_kernel_in_a_compiled_graph():
+    def f(x, y, scale, bias):
+        out = torch.empty_like(x)
+        torch.ops.torch_tpu_test.scaled_add_into(x.relu(), y, scale, out)
+        return out * 2 + (0 if bias is None else bias)
+
+    x, y = torch.randn(8, 4), torch.randn(8, 4)
+    g = torch.compile(f, backend="tpu", dynamic=False)
+    torch_tpu.reset_metrics()
+    with warnings.catch_warnings(record=True) as caught, torch_tpu.set_fallback("error"):
+        warnings.simplefilter("always")
+        for scale in (0.5, 0.5):
+            out = g(x.to("tpu"), y.to("tpu"), scale, None)
+            torch.testing.assert_close(out.cpu(), f(x, y, scale, None))
+    assert not [w for w in caught if "runs eagerly" in str(w.message)]
+    assert any("torch_tpu_test::scaled_add_into" in str(w.message) for w in caught)
+    assert len(torch_tpu.metrics()["graph_compile_ms"]) == 2  # relu before the op, the scaling after it
 
 
 def test_second_process_loads_compiled_graphs_from_disk(tmp_path, run_python):
