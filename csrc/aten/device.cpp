@@ -7,6 +7,15 @@
 // ordered flow (a stream id is a name PyTorch can pass around; waiting on an
 // event orders nothing more). An event is the set of outputs launched on its
 // device before it was recorded: it completes when they are all computed.
+// GCC warns that the header's cache-line constant may differ between compilers.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winterference-size"
+#endif
+#include <ATen/core/CachingHostAllocator.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -16,6 +25,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
@@ -231,12 +243,86 @@ struct TpuAllocator final : c10::DeviceAllocator {
 TpuAllocator allocator;
 REGISTER_ALLOCATOR(kTpu, &allocator);
 
+// Host memory for non_blocking copies (pin_memory, torch.accelerator's host
+// calls): plain CPU memory, since PJRT copies from any host pointer. Nothing is
+// cached, so empty_cache has nothing to release; the stats count what is live.
+struct TpuHostAllocator final : at::HostAllocator {
+  struct Block {
+    c10::DataPtr memory;  // from the CPU allocator
+    size_t nbytes;
+  };
+  static void release(void* ctx) {
+    auto* block = static_cast<Block*>(ctx);
+    {
+      std::lock_guard<std::mutex> lock(instance().mutex);
+      instance().stats.allocations.decrease(1);
+      instance().stats.allocated_bytes.decrease(block->nbytes);
+      instance().stats.active_requests.decrease(1);
+      instance().stats.active_bytes.decrease(block->nbytes);
+      ++instance().stats.num_host_free;
+      instance().live.erase(block->memory.get());
+    }
+    delete block;
+  }
+  static TpuHostAllocator& instance() {
+    static TpuHostAllocator allocator;
+    return allocator;
+  }
+  c10::DataPtr allocate(size_t nbytes) override {
+    auto* block = new Block{c10::GetCPUAllocator()->allocate(nbytes), nbytes};
+    void* data = block->memory.get();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stats.allocations.increase(1);
+      stats.allocated_bytes.increase(nbytes);
+      stats.active_requests.increase(1);
+      stats.active_bytes.increase(nbytes);
+      ++stats.num_host_alloc;
+      if (data) live.insert(data);
+    }
+    return {data, block, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dst, const void* src, std::size_t count) const override { std::memcpy(dst, src, count); }
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    return stats;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto* s : {&stats.allocations, &stats.allocated_bytes, &stats.active_requests, &stats.active_bytes})
+      s->reset_accumulated();
+    stats.num_host_alloc = stats.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto* s : {&stats.allocations, &stats.allocated_bytes, &stats.active_requests, &stats.active_bytes})
+      s->reset_peak();
+  }
+
+  bool owns(const void* data) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return live.count(data) > 0;
+  }
+
+  std::mutex mutex;
+  at::HostStats stats;
+  std::unordered_set<const void*> live;  // what Tensor.is_pinned() asks about
+};
+
+const bool host_allocator_registered = [] {
+  at::setHostAllocator(kTpu, &TpuHostAllocator::instance());
+  return true;
+}();
+
 struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return count_devices() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-  // Host staging memory for non_blocking copies: plain CPU memory (PJRT copies from any host pointer).
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &TpuHostAllocator::instance(); }
+  bool isPinnedPtr(const void* data) const override { return TpuHostAllocator::instance().owns(data); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override { return default_generator(device); }
   at::Generator getNewGenerator(c10::DeviceIndex device) const override { return new_generator(device); }
 

@@ -96,6 +96,15 @@ def test_torch_accelerator_memory_calls():
     assert acc.max_memory_allocated() == base + (1 << 18)
 
 
+def test_pinned_host_memory():
+    # pin_memory and torch.accelerator's host calls (vLLM's shutdown calls empty_host_cache).
+    x = torch.arange(1000.0).pin_memory()
+    assert x.is_pinned() and not torch.ones(3).is_pinned()
+    assert torch.empty(8, pin_memory=True).is_pinned()
+    torch.accelerator.empty_host_cache()
+    torch.testing.assert_close(x.to("tpu", non_blocking=True).cpu(), torch.arange(1000.0))
+
+
 def test_out_of_memory_raises_and_recovers():
     before = torch.tpu.memory_allocated()
     ooms = torch.tpu.memory_stats()["num_ooms"]

@@ -1,0 +1,189 @@
+"""Paged attention on the device, as vLLM's attention backend "TORCH_TPU".
+
+The KV cache of a layer is vLLM's [blocks, kv heads, block size, 2 * head size]
+view in the LBNHC layout: transposed to [blocks, block size, kv heads, ...] it
+is contiguous, so it flattens to one row per slot. Writes go to the rows of
+`slot_mapping`; reads gather the rows of each token's request from its block
+table row. Both are device ops on device tensors: no host work per step.
+Prefill and decode tokens of any mix of requests run in one call.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+from vllm.v1.kv_cache_layout import KVCacheLayout
+
+
+@torch.library.custom_op("torch_tpu::paged_attention", mutates_args=())
+def paged_attention(
+    query: torch.Tensor,  # [tokens, heads, head size]
+    kv_cache: torch.Tensor,  # [blocks, kv heads, block size, 2 * head size], LBNHC
+    block_table: torch.Tensor,  # [requests, blocks per request]
+    seq_lens: torch.Tensor,  # [requests]: tokens in the cache after this step
+    query_start_loc: torch.Tensor,  # [requests + 1]: each request's first query token
+    scale: float,
+    sliding_window: int,  # keys within this many positions of the query; 0: all
+    soft_cap: float,  # logits capped to +-soft_cap by tanh; 0: none
+) -> torch.Tensor:
+    tokens, heads, head_size = query.shape
+    blocks, kv_heads, block_size, _ = kv_cache.shape
+    requests, per_request = block_table.shape
+    span = per_request * block_size
+    # Each token's request; padding tokens past the last request read the last one (their rows are ignored).
+    token = torch.arange(tokens, device=query.device, dtype=query_start_loc.dtype)
+    request = torch.bucketize(token, query_start_loc[1 : requests + 1], right=True).clamp_(max=requests - 1)
+    key_pos = torch.arange(span, device=query.device)
+    slots = block_table.long()[request][:, key_pos // block_size] * block_size + key_pos % block_size
+    rows = kv_cache.transpose(1, 2).reshape(blocks * block_size, kv_heads, 2 * head_size)
+    kv = rows[slots.clamp_(0, blocks * block_size - 1)]  # [tokens, span, kv heads, 2 * head size]
+    key, value = kv[..., :head_size].float(), kv[..., head_size:].float()
+    q = query.float().view(tokens, kv_heads, heads // kv_heads, head_size)
+    scores = torch.einsum("thgd,tshd->thgs", q, key) * scale
+    if soft_cap > 0:
+        scores = torch.tanh(scores / soft_cap) * soft_cap
+    # A request's query tokens are the last of its sequence: the position of each follows from that.
+    seq_len = seq_lens.long()[request].unsqueeze(1)
+    pos = seq_len - (query_start_loc.long()[request + 1] - token.long()).unsqueeze(1)
+    visible = (key_pos <= pos) & (key_pos < seq_len)
+    if sliding_window > 0:
+        visible &= key_pos > pos - sliding_window
+    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("thgs,tshd->thgd", probs, value)
+    return out.reshape(tokens, heads, head_size).to(query.dtype)
+
+
+@paged_attention.register_fake
+def _(query, kv_cache, block_table, seq_lens, query_start_loc, scale, sliding_window, soft_cap):
+    return torch.empty_like(query)
+
+
+def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
+    """Writes each token's key and value into its slot; padding tokens (slot -1)
+    write to slot 0, in block 0, which vLLM reserves and never reads."""
+    blocks, kv_heads, block_size, _ = kv_cache.shape
+    rows = kv_cache.transpose(1, 2).view(blocks * block_size, kv_heads, -1)  # a view: LBNHC is contiguous so
+    tokens = key.shape[0]
+    slots = slot_mapping[:tokens].long().clamp(min=0)
+    rows.index_copy_(0, slots, torch.cat([key, value], dim=-1).to(rows.dtype))
+
+
+@dataclass
+class TpuAttentionMetadata:
+    num_actual_tokens: int
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    causal: bool
+
+
+class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+    def build(
+        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
+    ) -> TpuAttentionMetadata:
+        m = common_attn_metadata
+        return TpuAttentionMetadata(
+            num_actual_tokens=m.num_actual_tokens,
+            query_start_loc=m.query_start_loc,
+            seq_lens=m.seq_lens,
+            block_table=m.block_table_tensor,
+            slot_mapping=m.slot_mapping,
+            causal=m.causal,
+        )
+
+
+class TpuAttentionBackend(AttentionBackend):
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes: ClassVar[list] = ["auto", "float16", "bfloat16", "float32"]
+    forward_includes_kv_cache_update: bool = False  # do_kv_cache_update writes, forward reads
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls():
+        return TpuAttentionImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return TpuAttentionMetadataBuilder
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return []  # any
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+    @classmethod
+    def supported_kv_cache_layouts(cls) -> tuple:
+        return (KVCacheLayout.LBNHC,)  # a slot's row is contiguous: write_kv_cache views it
+
+
+class TpuAttentionImpl(AttentionImpl):
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int,
+        alibi_slopes,
+        sliding_window,
+        kv_cache_dtype: str,
+        logits_soft_cap: float | None = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: str | None = None,
+        **kwargs,
+    ) -> None:
+        if alibi_slopes is not None:
+            raise NotImplementedError("torch_tpu's vLLM attention: ALiBi slopes are not supported yet")
+        if attn_type != AttentionType.DECODER:
+            raise NotImplementedError(f"torch_tpu's vLLM attention: {attn_type} attention is not supported yet")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"torch_tpu's vLLM attention: {num_heads} heads is not a multiple of {num_kv_heads}")
+        self.num_heads, self.head_size, self.num_kv_heads = num_heads, head_size, num_kv_heads
+        self.scale = float(scale)
+        self.sliding_window = int(sliding_window or 0)
+        self.soft_cap = float(logits_soft_cap or 0)
+        self.kv_cache_dtype = kv_cache_dtype
+
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
+        write_kv_cache(key, value, kv_cache, slot_mapping)
+
+    def forward(
+        self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None
+    ):
+        if attn_metadata is None:  # a profile or warm-up run without a cache
+            return output
+        m = attn_metadata
+        tokens = query.shape[0]
+        out = torch.ops.torch_tpu.paged_attention(
+            query.view(tokens, self.num_heads, self.head_size),
+            kv_cache,
+            m.block_table,
+            m.seq_lens,
+            m.query_start_loc,
+            self.scale,
+            self.sliding_window,
+            self.soft_cap,
+        )
+        output.view(tokens, self.num_heads, self.head_size).copy_(out)
+        return output

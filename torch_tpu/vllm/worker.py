@@ -1,0 +1,131 @@
+"""vLLM's GPU worker and model runner (v1), on the "tpu" device.
+
+What differs from CUDA: no CUDA graphs or streams; the KV cache is sized from
+the device's free memory after a profile run; in compiled mode every step's
+token count is padded up to a bucket compiled at start-up, so serving compiles
+nothing new; slot mapping is plain aten ops instead of a Triton kernel.
+"""
+
+import bisect
+import contextlib
+import gc
+
+import torch
+from vllm.config import CompilationMode, CUDAGraphMode
+from vllm.forward_context import BatchDescriptor
+from vllm.logger import init_logger
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+from vllm.v1.worker.worker_base import CompilationTimes
+
+logger = init_logger(__name__)
+
+
+def compute_slot_mapping(
+    num_tokens,
+    max_num_tokens,
+    query_start_loc,
+    positions,
+    block_table,
+    block_table_stride,
+    slot_mapping,
+    KV_CACHE_BLOCK_SIZE,  # noqa: N803 (the Triton kernel's parameter names)
+    TOTAL_CP_WORLD_SIZE=1,  # noqa: N803
+    TOTAL_CP_RANK=0,  # noqa: N803
+    CP_KV_CACHE_INTERLEAVE_SIZE=1,  # noqa: N803
+    PAD_ID=-1,  # noqa: N803
+    BLOCK_SIZE=1024,  # noqa: N803
+):
+    """vLLM's ComputeSlotMappingKernel in aten ops: each token's KV slot from its
+    request's block table row and its position; PAD_ID past the last token."""
+    if TOTAL_CP_WORLD_SIZE != 1:
+        raise NotImplementedError("torch_tpu's vLLM worker: context parallelism is not supported")
+    n = positions.shape[0]
+    token = torch.arange(n, device=positions.device, dtype=query_start_loc.dtype)
+    request = torch.bucketize(token, query_start_loc[1:], right=True)
+    table = block_table.view(-1, block_table_stride)
+    pos = positions.long()
+    block = table[request, pos // KV_CACHE_BLOCK_SIZE].long()
+    slot_mapping[:n] = block * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE
+    slot_mapping[n:max_num_tokens] = PAD_ID
+
+
+class TpuModelRunner(GPUModelRunner):
+    def _to_list(self, sampled_token_ids: torch.Tensor) -> list[list[int]]:
+        return sampled_token_ids.tolist()  # one device-to-host copy, awaited
+
+    def _token_buckets(self) -> list[int]:
+        if self.compilation_config.mode != CompilationMode.VLLM_COMPILE:
+            return []
+        return sorted(self.compilation_config.compile_sizes or [])
+
+    def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
+        mode, descriptor, ubatch, across_dp, stats = super()._determine_batch_execution_and_padding(
+            num_tokens, *args, **kwargs
+        )
+        buckets = self._token_buckets()
+        i = bisect.bisect_left(buckets, descriptor.num_tokens)
+        if i < len(buckets):  # pad to a compiled bucket: no new shape, no compile
+            descriptor = BatchDescriptor(num_tokens=buckets[i])
+        return CUDAGraphMode.NONE, descriptor, ubatch, across_dp, stats
+
+
+class TpuWorker(Worker):
+    def init_device(self):
+        torch.tpu.set_device(self.local_rank)
+        self.device = torch.device("tpu", self.local_rank)
+        init_worker_distributed_environment(
+            self.vllm_config, self.rank, self.distributed_init_method, self.local_rank, "gloo"
+        )
+        from vllm.utils.torch_utils import set_random_seed
+
+        set_random_seed(self.model_config.seed)
+        gc.collect()
+        self._init_workspace_and_model_runner()
+
+    def _make_model_runner(self):
+        return TpuModelRunner(self.vllm_config, self.device)
+
+    def _maybe_get_memory_pool_context(self, tag: str):
+        return contextlib.nullcontext()  # no sleep mode: nothing to tag
+
+    def sleep(self, level: int = 1) -> None:
+        logger.warning("torch_tpu's vLLM worker: sleep mode is not supported; ignored")
+
+    def wake_up(self, tags=None) -> None:
+        pass
+
+    def determine_available_memory(self) -> int:
+        """KV cache bytes: what was asked for, else the device's free memory after a
+        profile run (the largest batch, which compiles it) times gpu_memory_utilization,
+        less what the run's peak took beyond its start."""
+        torch.tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        start = torch.tpu.memory_allocated()
+        self.model_runner.profile_run()
+        torch.tpu.synchronize()
+        activations = torch.tpu.max_memory_allocated() - start
+        explicit = self.cache_config.kv_cache_memory_bytes
+        if explicit is not None:
+            return int(explicit)
+        free, total = torch.tpu.mem_get_info()
+        budget = int(total * self.cache_config.gpu_memory_utilization) - (total - free) - activations
+        if budget <= 0:
+            raise ValueError(
+                f"torch_tpu's vLLM worker: no device memory left for the KV cache ({free} of {total} bytes free, "
+                f"{activations} taken by activations): raise gpu_memory_utilization or set kv_cache_memory_bytes"
+            )
+        return budget
+
+    def compile_or_warm_up_model(self) -> CompilationTimes:
+        """Compiles every token bucket now (largest first), so serving compiles nothing."""
+        for size in sorted(self.model_runner._token_buckets(), reverse=True):
+            logger.info("torch_tpu: compiling the %d-token step", size)
+            self.model_runner._dummy_run(size, skip_eplb=True, remove_lora=False)
+        from vllm.utils.torch_utils import set_random_seed
+
+        set_random_seed(self.model_config.seed)
+        return CompilationTimes(
+            language_model=self.compilation_config.compilation_time,
+            encoder=getattr(self.compilation_config, "encoder_compilation_time", 0.0),
+        )
