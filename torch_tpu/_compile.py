@@ -496,6 +496,38 @@ def _per_shape(gm: torch.fx.GraphModule, name: str):
     return run
 
 
+def program(fn):
+    """`fn` (a pure function of tensors and plain values) as one XLA program per
+    set of input shapes, dtypes and plain values: traced with make_fx and
+    compiled on first sight, without Dynamo (so it also works where Dynamo is
+    disabled, such as between the pieces of vLLM's compiled graphs)."""
+    programs = {}
+
+    def run(*args):
+        signature = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        compiled = programs.get(signature)
+        if compiled is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            traced = make_fx(fn, tracing_mode="fake")(*args)
+            placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+            for node, a in zip(placeholders, args, strict=True):
+                if not isinstance(a, torch.Tensor):
+                    node.meta["val"] = a
+            output = next(n for n in traced.graph.nodes if n.op == "output")
+            single = not isinstance(output.args[0], (tuple, list))
+            if single:
+                output.args = ((output.args[0],),)
+                traced.recompile()
+            build = _build(traced, f"{fn.__name__} {[s[0] if isinstance(s, tuple) else s for s in signature]}")
+            compiled = programs[signature] = (build, single)
+        build, single = compiled
+        result = build(list(args))
+        return result[0] if single else tuple(result)
+
+    return run
+
+
 def _build(gm: torch.fx.GraphModule, name: str):
     """One executable for `gm` (static sizes); returns its boxed runner."""
     start = time.perf_counter()

@@ -21,9 +21,10 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
+from torch_tpu._compile import program
 
-@torch.library.custom_op("torch_tpu::paged_attention", mutates_args=())
-def paged_attention(
+
+def _attention(
     query: torch.Tensor,  # [tokens, heads, head size]
     kv_cache: torch.Tensor,  # [blocks, kv heads, block size, 2 * head size], LBNHC
     block_table: torch.Tensor,  # [requests, blocks per request]
@@ -39,11 +40,11 @@ def paged_attention(
     span = per_request * block_size
     # Each token's request; padding tokens past the last request read the last one (their rows are ignored).
     token = torch.arange(tokens, device=query.device, dtype=query_start_loc.dtype)
-    request = torch.bucketize(token, query_start_loc[1 : requests + 1], right=True).clamp_(max=requests - 1)
+    request = torch.bucketize(token, query_start_loc[1 : requests + 1], right=True).clamp(max=requests - 1)
     key_pos = torch.arange(span, device=query.device)
     slots = block_table.long()[request][:, key_pos // block_size] * block_size + key_pos % block_size
     rows = kv_cache.transpose(1, 2).reshape(blocks * block_size, kv_heads, 2 * head_size)
-    kv = rows[slots.clamp_(0, blocks * block_size - 1)]  # [tokens, span, kv heads, 2 * head size]
+    kv = rows[slots.clamp(0, blocks * block_size - 1)]  # [tokens, span, kv heads, 2 * head size]
     key, value = kv[..., :head_size].float(), kv[..., head_size:].float()
     q = query.float().view(tokens, kv_heads, heads // kv_heads, head_size)
     scores = torch.einsum("thgd,tshd->thgs", q, key) * scale
@@ -55,10 +56,30 @@ def paged_attention(
     visible = (key_pos <= pos) & (key_pos < seq_len)
     if sliding_window > 0:
         visible &= key_pos > pos - sliding_window
-    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
+    # Finite: a padding token (past the last request) sees no key and gets a finite, ignored row.
+    scores = scores.masked_fill(~visible[:, None, None, :], torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1)
     out = torch.einsum("thgs,tshd->thgd", probs, value)
     return out.reshape(tokens, heads, head_size).to(query.dtype)
+
+
+@torch.library.custom_op("torch_tpu::paged_attention", mutates_args=())
+def paged_attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    sliding_window: int,
+    soft_cap: float,
+) -> torch.Tensor:
+    """Attention of each query token over its request's cached keys (see _attention)."""
+    return _attention(query, kv_cache, block_table, seq_lens, query_start_loc, scale, sliding_window, soft_cap)
+
+
+# On tpu: one XLA program per shape (the token buckets), not one per op.
+paged_attention.register_kernel("tpu")(program(_attention))
 
 
 @paged_attention.register_fake
@@ -86,6 +107,19 @@ class TpuAttentionMetadata:
     causal: bool
 
 
+def whole_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """`t`, a slice of the model runner's persistent buffer, widened to the buffer's
+    first `rows` rows: attention's shapes then depend on the token bucket only, not
+    on the number of requests (rows past them: query_start_loc repeats its last
+    value, seq_lens is 0, so no token reads them)."""
+    if t.shape[0] >= rows:
+        return t
+    needed = t.storage_offset() + (rows - 1) * t.stride(0) + (t[0].numel() if t.dim() > 1 else 1)
+    if t.untyped_storage().nbytes() < needed * t.element_size():
+        return t
+    return t.as_strided((rows, *t.shape[1:]), t.stride(), t.storage_offset())
+
+
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -94,11 +128,12 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
     ) -> TpuAttentionMetadata:
         m = common_attn_metadata
+        rows = self.vllm_config.scheduler_config.max_num_seqs
         return TpuAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
-            query_start_loc=m.query_start_loc,
-            seq_lens=m.seq_lens,
-            block_table=m.block_table_tensor,
+            query_start_loc=whole_rows(m.query_start_loc, rows + 1),
+            seq_lens=whole_rows(m.seq_lens, rows),
+            block_table=whole_rows(m.block_table_tensor, rows),
             slot_mapping=m.slot_mapping,
             causal=m.causal,
         )

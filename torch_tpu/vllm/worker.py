@@ -18,6 +18,8 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.worker_base import CompilationTimes
 
+from torch_tpu.vllm.attention import whole_rows
+
 logger = init_logger(__name__)
 
 
@@ -36,21 +38,71 @@ def compute_slot_mapping(
     PAD_ID=-1,  # noqa: N803
     BLOCK_SIZE=1024,  # noqa: N803
 ):
-    """vLLM's ComputeSlotMappingKernel in aten ops: each token's KV slot from its
-    request's block table row and its position; PAD_ID past the last token."""
+    """vLLM's ComputeSlotMappingKernel in device ops: each token's KV slot from its
+    request's block table row and its position; PAD_ID past the last token.
+    Computed over all max_num_tokens rows of the runner's persistent buffers, so
+    its shapes never change with the step's token count (nothing to compile)."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("torch_tpu's vLLM worker: context parallelism is not supported")
-    n = positions.shape[0]
-    token = torch.arange(n, device=positions.device, dtype=query_start_loc.dtype)
-    request = torch.bucketize(token, query_start_loc[1:], right=True)
     table = block_table.view(-1, block_table_stride)
-    pos = positions.long()
-    block = table[request, pos // KV_CACHE_BLOCK_SIZE].long()
-    slot_mapping[:n] = block * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE
-    slot_mapping[n:max_num_tokens] = PAD_ID
+    requests = table.shape[0]
+    starts = whole_rows(query_start_loc, requests + 1)[1:]  # past the last request: its end, repeated
+    pos = whole_rows(positions, max_num_tokens).long()
+    token = torch.arange(pos.shape[0], device=pos.device)
+    request = torch.bucketize(token.to(starts.dtype), starts, right=True).clamp(max=requests - 1)
+    block = table[request, (pos // KV_CACHE_BLOCK_SIZE).clamp(0, table.shape[1] - 1)].long()
+    slots = torch.where(token < num_tokens, block * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE, PAD_ID)
+    slot_mapping[: pos.shape[0]] = slots
+    slot_mapping[pos.shape[0] : max_num_tokens] = PAD_ID
+
+
+def _copy_whole_buffer(buffer, n=None):
+    """CpuGpuBuffer.copy_to_gpu on tpu: the whole buffer, whatever n. A write into
+    a slice of a device storage is a program of that slice's shape; the whole
+    buffer is one upload of a fixed shape (the host copy is the source of truth:
+    async scheduling, which writes device rows directly, is off)."""
+    buffer.gpu.copy_(buffer.cpu, non_blocking=True)
+    return buffer.gpu if n is None else buffer.gpu[:n]
+
+
+def allocate_kv_cache(kv_cache_config, device, layout, kernel_block_sizes=None) -> dict:
+    """vLLM's allocate_kv_cache with one storage per layer: vLLM puts every layer
+    in one int8 buffer, and on tpu a write into a view rewrites its whole storage
+    (storages are immutable device buffers), so each layer's KV write would copy
+    every layer's cache. Each layer gets vLLM's view shape, dtype and dim order."""
+    from vllm.v1.worker import utils
+
+    # vLLM's views over a meta buffer: their shapes and strides, nothing allocated.
+    with torch.device("meta"):
+        views = utils.allocate_kv_cache(kv_cache_config, torch.device("meta"), layout, kernel_block_sizes)
+    caches, made = {}, {}
+    for name, view in views.items():
+        key = (view.untyped_storage()._cdata, view.storage_offset(), tuple(view.shape), view.dtype)
+        if key not in made:  # layers sharing one view share one cache
+            order = sorted(range(view.dim()), key=lambda d: -view.stride(d))
+            dense = torch.zeros([view.shape[d] for d in order], dtype=view.dtype, device=device)
+            made[key] = dense.permute([order.index(d) for d in range(view.dim())])
+        caches[name] = made[key]
+    return caches
 
 
 class TpuModelRunner(GPUModelRunner):
+    def __init__(self, *args, **kwargs):
+        from vllm.v1 import utils
+
+        utils.CpuGpuBuffer.copy_to_gpu = _copy_whole_buffer  # this process runs vLLM on tpu only
+        super().__init__(*args, **kwargs)
+
+    def initialize_kv_cache_tensors(self, *args, **kwargs):
+        import vllm.v1.worker.gpu_model_runner as runner
+
+        vllm_allocate = runner.allocate_kv_cache
+        runner.allocate_kv_cache = allocate_kv_cache
+        try:
+            return super().initialize_kv_cache_tensors(*args, **kwargs)
+        finally:
+            runner.allocate_kv_cache = vllm_allocate
+
     def _to_list(self, sampled_token_ids: torch.Tensor) -> list[list[int]]:
         return sampled_token_ids.tolist()  # one device-to-host copy, awaited
 
@@ -121,7 +173,7 @@ class TpuWorker(Worker):
         """Compiles every token bucket now (largest first), so serving compiles nothing."""
         for size in sorted(self.model_runner._token_buckets(), reverse=True):
             logger.info("torch_tpu: compiling the %d-token step", size)
-            self.model_runner._dummy_run(size, skip_eplb=True, remove_lora=False)
+            self.model_runner._dummy_run(size, force_attention=True, skip_eplb=True, remove_lora=False)
         from vllm.utils.torch_utils import set_random_seed
 
         set_random_seed(self.model_config.seed)

@@ -1,0 +1,115 @@
+"""vLLM offline serving on tpu against vLLM's own CPU platform, in one run.
+
+16 concurrent requests of mixed prompt lengths (greedy, 32 new tokens each) on
+a tiny random Llama. Each configuration runs in its own process (vLLM keeps
+global state): engine start (with its warm-up compiles), a first pass, then
+the measured pass. Reports throughput (generated tokens/s), median time to
+first token, the ratio to vLLM-CPU's throughput, and the XLA compiles during
+the first and the measured pass (0 in the measured pass: nothing new compiled).
+
+    make bench-vllm        (or: build/vllm-venv/bin/python benchmarks/vllm_serve.py)
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = [  # name, environment, enforce_eager
+    ("vLLM CPU platform", {"TORCH_TPU_VLLM": "0"}, False),
+    ("tpu Strict (eager)", {"TORCH_TPU_EAGER_MODE": "strict"}, True),
+    ("tpu Fused (eager)", {"TORCH_TPU_EAGER_MODE": "fused"}, True),
+    ("tpu compiled", {"TORCH_TPU_EAGER_MODE": "strict"}, False),
+]
+REQUESTS, NEW_TOKENS = 16, 32
+
+
+def prompts():
+    words = "the quick brown fox jumps over the lazy dog and a tensor runs on the tpu device".split()
+    lengths = [4, 9, 17, 30, 45, 60, 80, 100]  # words; mixed prompt lengths
+    return [" ".join(words[(i + j) % len(words)] for j in range(lengths[i % len(lengths)])) for i in range(REQUESTS)]
+
+
+def child(model: str, enforce_eager: bool):
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams
+
+    tpu = os.environ.get("TORCH_TPU_VLLM") != "0"
+    if tpu:
+        import torch_tpu
+    start = time.perf_counter()
+    llm = LLM(
+        model=model,
+        max_model_len=256,
+        max_num_batched_tokens=256,
+        max_num_seqs=REQUESTS,
+        kv_cache_memory_bytes=32 << 20,
+        dtype="float32",
+        enforce_eager=enforce_eager,
+        disable_log_stats=False,
+        seed=0,
+    )
+    startup = time.perf_counter() - start
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
+    result = {"startup_s": startup}
+    for name in ("first", "measured"):
+        if tpu:
+            torch_tpu.reset_metrics()
+        start = time.perf_counter()
+        outs = llm.generate(prompts(), params, use_tqdm=False)
+        wall = time.perf_counter() - start
+        ttft = [o.metrics.first_token_latency for o in outs if o.metrics is not None]
+        result[name] = {
+            "tokens_per_s": sum(len(o.outputs[0].token_ids) for o in outs) / wall,
+            "ttft_ms": statistics.median(ttft) * 1e3 if ttft else None,
+            "compiles": torch_tpu.metrics().get("compiles", 0) if tpu else None,
+            "tokens": [list(o.outputs[0].token_ids) for o in outs],
+        }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def main():
+    from torch_tpu.vllm.tiny_model import make_model
+
+    model = make_model(os.path.join(tempfile.mkdtemp(), "tiny-llama"), "llama", hidden=128)
+    rows, reference = [], None
+    for name, env, enforce_eager in CONFIGS:
+        r = subprocess.run(
+            [sys.executable, __file__, "--child", model, str(int(enforce_eager))],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+        )
+        lines = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+        if r.returncode or not lines:
+            print(f"{name}: failed\n{r.stderr[-3000:]}")
+            continue
+        result = json.loads(lines[-1][7:])
+        reference = reference or result
+        same = result["measured"]["tokens"] == reference["measured"]["tokens"]
+        rows.append((name, result, same))
+    base = rows[0][1]["measured"]["tokens_per_s"]
+    print(f"{REQUESTS} requests, prompts of 4-100 words, {NEW_TOKENS} new tokens each, tiny Llama (2 layers, 128 wide)")
+    print(
+        "| configuration | engine start s | throughput tok/s | vs vLLM CPU | median TTFT ms "
+        "| compiles first / measured | same tokens as vLLM CPU |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, r, same in rows:
+        m, f = r["measured"], r["first"]
+        ttft = f"{m['ttft_ms']:.1f}" if m["ttft_ms"] is not None else "n/a"
+        compiles = "-" if m["compiles"] is None else f"{f['compiles']} / {m['compiles']}"
+        print(
+            f"| {name} | {r['startup_s']:.1f} | {m['tokens_per_s']:.0f} | {m['tokens_per_s'] / base:.2f}x | {ttft} "
+            f"| {compiles} | {'yes' if same else 'NO'} |"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3] == "1")
+    else:
+        main()
