@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
 
-.PHONY: vllm-venv test-vllm bench-vllm all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
+.PHONY: vllm-venv test-vllm test-vllm-quick bench-vllm all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
 
 all: build
 
@@ -55,7 +55,7 @@ test-fused: build
 	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_compile.py --ignore=tests/python/test_modules.py \
 	  --ignore=tests/python/test_distributed.py --ignore=tests/python/test_torchrun.py
 
-test: test-cpp test-debug test-python test-fused
+test: test-cpp test-debug test-python test-fused test-vllm-quick
 
 # The distributed tests in Strict and Fused mode, torchrun launches included
 # (`make test` runs them in Strict mode only).
@@ -105,6 +105,11 @@ vllm-venv: system-deps $(VLLM_DEPS)
 
 test-vllm: vllm-venv
 	$(VLLM_PY) -m pytest -q -p no:warnings tests/vllm
+
+# The subset `make test` runs: the yardstick, compiled greedy tokens, the OpenAI server.
+test-vllm-quick: vllm-venv
+	$(VLLM_PY) -m pytest -q -p no:warnings tests/vllm -k \
+	  "(cpu_platform_matches_hf and llama) or (greedy_tokens_match_hf and llama and compiled) or server"
 
 bench-vllm: vllm-venv
 	$(VLLM_PY) benchmarks/vllm_serve.py

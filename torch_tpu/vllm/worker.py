@@ -9,6 +9,7 @@ nothing new; slot mapping is plain aten ops instead of a Triton kernel.
 import bisect
 import contextlib
 import gc
+import time
 
 import torch
 from vllm.config import CompilationMode, CUDAGraphMode
@@ -122,6 +123,70 @@ class TpuModelRunner(GPUModelRunner):
         return CUDAGraphMode.NONE, descriptor, ubatch, across_dp, stats
 
 
+def warm_up_request_counts(runner, scheduler_config, buckets: list[int]) -> int:
+    """Runs the model runner through real steps (prefill, then decode) for every
+    number of requests up to max_num_seqs in every token bucket: the per-step
+    work outside the compiled graphs (logits of the requests' last tokens,
+    greedy sampling, bookkeeping) has shapes of the request count, and each
+    shape is a program compiled on first sight. Fake requests of one-token
+    prompts in blocks 1.. (block 0 is vLLM's null block); they are finished at
+    the end of each step pair and never reach the scheduler."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+
+    block_size = runner.cache_config.block_size
+    max_len = runner.model_config.max_model_len
+    blocks = runner.kv_cache_config.num_blocks
+    steps = 0
+    for bucket in buckets:
+        for count in range(1, min(scheduler_config.max_num_seqs, bucket) + 1):
+            first = min(bucket - count + 1, max_len - 2)  # fills the bucket; room for two sampled tokens
+            lengths = [first] + [1] * (count - 1)
+            needed = sum(-(-(n + 1) // block_size) for n in lengths)
+            if needed >= blocks:
+                continue
+            ids, next_block, new = [f"torch_tpu-warmup-{bucket}-{count}-{i}" for i in range(count)], 1, []
+            for rid, n in zip(ids, lengths, strict=True):
+                k = -(-(n + 1) // block_size)
+                new.append(
+                    NewRequestData(
+                        req_id=rid,
+                        prompt_token_ids=[0] * n,
+                        mm_features=[],
+                        sampling_params=SamplingParams(temperature=0, max_tokens=2),
+                        pooling_params=None,
+                        block_ids=(list(range(next_block, next_block + k)),),
+                        num_computed_tokens=0,
+                        lora_request=None,
+                    )
+                )
+                next_block += k
+            prefill = SchedulerOutput.make_empty()
+            prefill.scheduled_new_reqs = new
+            prefill.num_scheduled_tokens = dict(zip(ids, lengths, strict=True))
+            prefill.total_num_scheduled_tokens = sum(lengths)
+            decode = SchedulerOutput.make_empty()
+            decode.scheduled_cached_reqs = CachedRequestData(
+                req_ids=ids,
+                resumed_req_ids=set(),
+                new_token_ids=[[] for _ in ids],
+                all_token_ids={},
+                new_block_ids=[None for _ in ids],
+                num_computed_tokens=lengths,
+                num_output_tokens=[1 for _ in ids],
+            )
+            decode.num_scheduled_tokens = {rid: 1 for rid in ids}
+            decode.total_num_scheduled_tokens = count
+            finish = SchedulerOutput.make_empty()
+            finish.finished_req_ids = set(ids)
+            for step in (prefill, decode):
+                runner.execute_model(step)
+                runner.sample_tokens(None)
+                steps += 1
+            runner.execute_model(finish)
+    return steps
+
+
 class TpuWorker(Worker):
     def init_device(self):
         torch.tpu.set_device(self.local_rank)
@@ -170,10 +235,16 @@ class TpuWorker(Worker):
         return budget
 
     def compile_or_warm_up_model(self) -> CompilationTimes:
-        """Compiles every token bucket now (largest first), so serving compiles nothing."""
-        for size in sorted(self.model_runner._token_buckets(), reverse=True):
+        """Compiles every token bucket now (largest first), then runs real steps of
+        every request count in every bucket, so serving compiles nothing."""
+        buckets = sorted(self.model_runner._token_buckets(), reverse=True)
+        for size in buckets:
             logger.info("torch_tpu: compiling the %d-token step", size)
             self.model_runner._dummy_run(size, force_attention=True, skip_eplb=True, remove_lora=False)
+        if buckets:
+            start = time.perf_counter()
+            steps = warm_up_request_counts(self.model_runner, self.scheduler_config, sorted(buckets))
+            logger.info("torch_tpu: warmed up %d steps in %.1f s", steps, time.perf_counter() - start)
         from vllm.utils.torch_utils import set_random_seed
 
         set_random_seed(self.model_config.seed)
