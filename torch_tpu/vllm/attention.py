@@ -87,14 +87,23 @@ def _(query, kv_cache, block_table, seq_lens, query_start_loc, scale, sliding_wi
     return torch.empty_like(query)
 
 
+def _write_rows(rows: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    slots = slot_mapping[: key.shape[0]].long().clamp(min=0)
+    rows.index_copy_(0, slots, torch.cat([key, value], dim=-1).to(rows.dtype))
+
+
+# On tpu one program per bucket that overwrites the cache in place (its buffer is
+# donated): an eager index_copy_ would copy the layer's whole cache every step.
+_write_rows_on_tpu = program(torch.func.functionalize(_write_rows))
+
+
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
     """Writes each token's key and value into its slot; padding tokens (slot -1)
     write to slot 0, in block 0, which vLLM reserves and never reads."""
     blocks, kv_heads, block_size, _ = kv_cache.shape
     rows = kv_cache.transpose(1, 2).view(blocks * block_size, kv_heads, -1)  # a view: LBNHC is contiguous so
-    tokens = key.shape[0]
-    slots = slot_mapping[:tokens].long().clamp(min=0)
-    rows.index_copy_(0, slots, torch.cat([key, value], dim=-1).to(rows.dtype))
+    write = _write_rows_on_tpu if rows.device.type == "tpu" else _write_rows
+    write(rows, slot_mapping, key.view(key.shape[0], kv_heads, -1), value.view(value.shape[0], kv_heads, -1))
 
 
 @dataclass
