@@ -56,7 +56,12 @@ def vllm_generate(cfg):
     for batch in batches(cfg):
         for o in llm.generate(batch, params, use_tqdm=False):
             outs.append({"tokens": list(o.outputs[0].token_ids), "cached": o.num_cached_tokens or 0})
-    return {"platform": type(current_platform).__name__, "outputs": outs}
+    result = {"platform": type(current_platform).__name__, "outputs": outs}
+    if cfg["platform"] == "tpu":
+        import torch_tpu
+
+        result["eager_mode"] = torch_tpu.get_eager_mode()
+    return result
 
 
 if __name__ == "__main__":

@@ -74,13 +74,16 @@ def test_greedy_tokens_match_hf(models, arch, mode):
     cfg = {"model": models[arch], "platform": "tpu", "prompts": PROMPTS, "max_tokens": 12}
     cfg["enforce_eager"] = mode == "eager"
     got = run(cfg)
-    assert got["platform"] == "TpuPlatform"
+    assert got["platform"] == "TpuPlatform" and got["eager_mode"] == "fused"  # the plugin's default
     assert tokens(got) == reference(models[arch], PROMPTS, 12)
 
 
-def test_fused_eager_mode(models):
-    cfg = {"model": models["llama"], "platform": "tpu", "prompts": PROMPTS[:2], "max_tokens": 8, "eager_mode": "fused"}
-    assert tokens(run(cfg)) == reference(models["llama"], PROMPTS[:2], 8)
+def test_strict_eager_mode(models):
+    # The plugin runs vLLM in Fused mode unless TORCH_TPU_EAGER_MODE says otherwise.
+    cfg = {"model": models["llama"], "platform": "tpu", "prompts": PROMPTS[:2], "max_tokens": 8, "eager_mode": "strict"}
+    got = run(cfg)
+    assert got["eager_mode"] == "strict"
+    assert tokens(got) == reference(models["llama"], PROMPTS[:2], 8)
 
 
 def test_prefix_caching(models):
