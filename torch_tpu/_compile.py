@@ -451,14 +451,37 @@ def _describe(node: torch.fx.Node) -> str:
     return _op_name(target) if isinstance(target, torch._ops.OpOverload) else str(getattr(target, "__name__", target))
 
 
-def _as_module_call(gm: torch.fx.GraphModule, name: str):
-    """A compiled part called as split_module calls its submodules: positional
-    arguments, one value or a tuple back."""
+def _tuple_output(gm: torch.fx.GraphModule) -> bool:
+    """Makes `gm` return a tuple (what _encode reads); True if it returned one value."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     if single:
         output.args = ((output.args[0],),)
         gm.recompile()
+    return single
+
+
+def _signature(args) -> tuple:
+    """What a static program is specialized on: tensors' shapes and dtypes, plain values."""
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _trace_static(fn, args) -> torch.fx.GraphModule:
+    """`fn` traced for these arguments: sizes and plain values are constants of the graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    traced = make_fx(fn, tracing_mode="fake")(*args)
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    for node, a in zip(placeholders, args, strict=True):
+        if not isinstance(a, torch.Tensor):  # a size or plain value: a constant of this specialization
+            node.meta["val"] = a
+    return traced
+
+
+def _as_module_call(gm: torch.fx.GraphModule, name: str):
+    """A compiled part called as split_module calls its submodules: positional
+    arguments, one value or a tuple back."""
+    single = _tuple_output(gm)
     run = _compile_whole(gm, name)
 
     def call(*args):
@@ -474,18 +497,13 @@ def _per_shape(gm: torch.fx.GraphModule, name: str):
     programs = {}
 
     def run(args):
-        signature = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        signature = _signature(args)
         program = programs.get(signature)
         if program is None:
-            from torch.fx.experimental.proxy_tensor import make_fx
-
             try:
-                static = make_fx(gm, tracing_mode="fake")(*args)
-                placeholders = [n for n in static.graph.nodes if n.op == "placeholder"]
-                for node, a in zip(placeholders, args, strict=True):
-                    if not isinstance(a, torch.Tensor):  # a size: a constant of this specialization
-                        node.meta["val"] = a
-                program = _build(static, f"{name} {[s[0] if isinstance(s, tuple) else s for s in signature]}")
+                program = _build(
+                    _trace_static(gm, args), f"{name} {[s[0] if isinstance(s, tuple) else s for s in signature]}"
+                )
             except (_Unsupported, NotImplementedError, RuntimeError) as e:
                 warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=2)
                 program = make_boxed_func(gm.forward)
@@ -504,21 +522,11 @@ def program(fn):
     programs = {}
 
     def run(*args):
-        signature = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        signature = _signature(args)
         compiled = programs.get(signature)
         if compiled is None:
-            from torch.fx.experimental.proxy_tensor import make_fx
-
-            traced = make_fx(fn, tracing_mode="fake")(*args)
-            placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
-            for node, a in zip(placeholders, args, strict=True):
-                if not isinstance(a, torch.Tensor):
-                    node.meta["val"] = a
-            output = next(n for n in traced.graph.nodes if n.op == "output")
-            single = not isinstance(output.args[0], (tuple, list))
-            if single:
-                output.args = ((output.args[0],),)
-                traced.recompile()
+            traced = _trace_static(fn, args)
+            single = _tuple_output(traced)
             build = _build(traced, f"{fn.__name__} {[s[0] if isinstance(s, tuple) else s for s in signature]}")
             compiled = programs[signature] = (build, single)
         build, single = compiled
