@@ -24,8 +24,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <unordered_set>
 
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
@@ -321,6 +323,15 @@ std::optional<std::vector<pjrt::BufferPtr>> launch_over_group(const GraphProgram
                       std::move(args), /*may_diverge=*/true});
 }
 
+// A graph's name for the fused window, which keeps a name's pointer past the
+// graph's life (graphs are few: one per compiled shape).
+const char* interned(const std::string& name) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
+}
+
 // Runs a compiled graph on tpu tensors; returns its outputs (None where the
 // graph returns None), or None when it holds collectives and the ranks'
 // graphs differ (the caller runs it eagerly).
@@ -334,20 +345,25 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
     dev = aten::device_index(t);
     buffers.push_back(aten::read_dense(t));
   }
-  // A whole graph runs as it is: in Fused mode, the window its inputs come from runs first.
-  for (const auto& b : buffers) runtime.resolve(*b, "compiled_graph");
-  std::vector<PJRT_Buffer*> raw;
-  for (const auto& b : buffers) raw.push_back(b->raw());
   TORCH_CHECK(inputs.size() == graph.num_inputs, "torch_tpu: ", graph.name, " takes ", graph.num_inputs,
               " inputs, got ", inputs.size());
+  // In Fused mode a graph is one more call of the window (the eager ops around
+  // it and the graph become one program, one launch); a graph with collectives
+  // runs at once, over its group.
+  const bool record = graph.group.empty() && runtime.mode() == runtime::EagerMode::Fused;
+  if (!record)
+    for (const auto& b : buffers) runtime.resolve(*b, "compiled_graph");
   // Donate an overwritten input's buffer only when the input's storage is its
   // sole holder (the storage and `buffers` here: no other storage, view read
   // or argument shares it), so no live tensor can see the donated buffer; the
   // storage takes the output right after the launch. Otherwise XLA copies.
   std::vector<int64_t> keep;
   int64_t donated = 0;
+  std::vector<PJRT_Buffer*> raw;
+  if (!record)
+    for (const auto& b : buffers) raw.push_back(b->raw());
   for (const auto& m : graph.mutations) {
-    if (!m.aliased) continue;
+    if (!m.aliased || record) continue;
     const auto& buffer = buffers[m.input];
     const auto& storage = aten::storage_of(inputs[m.input]);
     const bool sole =
@@ -363,7 +379,10 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
   }
   std::vector<pjrt::BufferPtr> results;
   try {
-    if (graph.group.empty()) {
+    if (record) {
+      runtime.check_fits(dev, graph.program->output_bytes);  // as a launch would: the window does not
+      results = runtime.execute(graph.program, buffers, dev, interned(graph.name));
+    } else if (graph.group.empty()) {
       results = runtime.execute_now(*graph.program, buffers, dev, graph.name.c_str(), true, keep);
     } else if (auto launched = launch_over_group(graph, std::move(buffers), dev)) {
       results = std::move(*launched);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <stdexcept>
 
 namespace torch_tpu::runtime {
@@ -24,6 +25,7 @@ std::vector<std::string> split_types(const std::string& list, bool named) {
     if (end == std::string::npos) end = list.size();
     std::string item = list.substr(pos, end - pos);
     if (named) item = item.substr(item.find(": ") + 2);  // "%arg0: tensor<4xf32>"
+    item = item.substr(0, item.find(" {"));              // without attributes (a graph's aliasing)
     if (!item.empty()) out.push_back(item);
     pos = end + 2;
   }
@@ -51,6 +53,10 @@ const FusedWindow::Signature& FusedWindow::signature(const Program& program) {
   f.tail = "(";
   f.tail.append(m, params_begin, last - params_begin);
   f.tail += "\n";
+  // A compiled graph donates the inputs it overwrites; called in a window, the
+  // window's own aliasing decides that.
+  for (size_t at; (at = f.tail.find(" {tf.aliasing_output = ")) != std::string::npos;)
+    f.tail.erase(at, f.tail.find('}', at) + 1 - at);
   return signatures_.emplace(program.id, std::move(f)).first->second;
 }
 
@@ -332,7 +338,9 @@ void FusedWindow::replay(const std::vector<int>& live, const std::vector<pjrt::B
     if (!computable) continue;  // it reads a result of a failed op: it fails with it
     std::vector<pjrt::BufferPtr> outs;
     try {
-      outs = runtime_.execute_now(*call.program, args, device_, call.what);
+      std::vector<int64_t> keep(args.size());  // donating nothing: the window may still need every input
+      std::iota(keep.begin(), keep.end(), 0);
+      outs = runtime_.execute_now(*call.program, args, device_, call.what, /*check_memory=*/true, keep);
       for (const auto& o : outs) o->await_ready();
     } catch (const std::exception& e) {
       if (failure.empty())
