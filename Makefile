@@ -46,13 +46,13 @@ test-python: build
 # (OpInfo: float32, 2 samples each; the lowering rules are the same as in Strict mode).
 # Left out: what runs every mode itself (test_hf.py, the semantics tests),
 # ModuleInfo (its modules' ops are the OpInfo ones run here), the disk cache's
-# subprocesses (test_cache; test_fused loads fused windows from disk), compiled
-# graphs (test_compile: the eager mode does not change them) and the
+# subprocesses (test_cache; test_fused loads fused windows from disk) and the
 # distributed tests (thread ranks, torchrun): `make distributed` runs those.
+# test_compile runs here too: in Fused mode a compiled graph joins the window.
 test-fused: build
 	TORCH_TPU_EAGER_MODE=fused TORCH_TPU_OPINFO_DTYPES=float32 TORCH_TPU_OPINFO_SAMPLES=2 $(PY) -m pytest tests/python -q -p no:warnings --ignore=tests/python/test_hf.py \
 	  --ignore=tests/python/test_semantics.py --ignore=tests/python/test_semantics_cases.py \
-	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_compile.py --ignore=tests/python/test_modules.py \
+	  --ignore=tests/python/test_cache.py --ignore=tests/python/test_modules.py \
 	  --ignore=tests/python/test_distributed.py --ignore=tests/python/test_torchrun.py
 
 test: test-cpp test-debug test-python test-fused test-vllm-quick

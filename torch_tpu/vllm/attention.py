@@ -26,41 +26,70 @@ from torch_tpu._compile import program
 
 def _attention(
     query: torch.Tensor,  # [tokens, heads, head size]
-    kv_cache: torch.Tensor,  # [blocks, kv heads, block size, 2 * head size], LBNHC
+    rows: torch.Tensor,  # [slots, kv heads, 2 * head size]: the cache, a row per slot (see cache_rows)
+    block_size: int,
     block_table: torch.Tensor,  # [requests, blocks per request]
     seq_lens: torch.Tensor,  # [requests]: tokens in the cache after this step
     query_start_loc: torch.Tensor,  # [requests + 1]: each request's first query token
+    max_query: int,  # at least the most query tokens of any request (query_bucket)
     scale: float,
     sliding_window: int,  # keys within this many positions of the query; 0: all
     soft_cap: float,  # logits capped to +-soft_cap by tanh; 0: none
 ) -> torch.Tensor:
     tokens, heads, head_size = query.shape
-    blocks, kv_heads, block_size, _ = kv_cache.shape
+    num_slots, kv_heads, _ = rows.shape
     requests, per_request = block_table.shape
     span = per_request * block_size
-    # Each token's request; padding tokens past the last request read the last one (their rows are ignored).
-    token = torch.arange(tokens, device=query.device, dtype=query_start_loc.dtype)
-    request = torch.bucketize(token, query_start_loc[1 : requests + 1], right=True).clamp(max=requests - 1)
+    # Each request's keys and values, gathered once (not once per query token):
+    # [requests, span, kv heads, 2 * head size].
+    blocks = rows.view(num_slots // block_size, block_size, kv_heads, -1)  # whole blocks: a few large copies
+    kv = blocks[block_table.long().clamp(0, blocks.shape[0] - 1)].view(requests, span, kv_heads, -1)
     key_pos = torch.arange(span, device=query.device)
-    slots = block_table.long()[request][:, key_pos // block_size] * block_size + key_pos % block_size
-    rows = kv_cache.transpose(1, 2).reshape(blocks * block_size, kv_heads, 2 * head_size)
-    kv = rows[slots.clamp(0, blocks * block_size - 1)]  # [tokens, span, kv heads, 2 * head size]
     key, value = kv[..., :head_size].float(), kv[..., head_size:].float()
-    q = query.float().view(tokens, kv_heads, heads // kv_heads, head_size)
-    scores = torch.einsum("thgd,tshd->thgs", q, key) * scale
+    # Each request's query tokens, padded to max_query: [requests, max_query, kv heads, group, head size].
+    start = query_start_loc[:requests].long()
+    count = query_start_loc[1 : requests + 1].long() - start
+    i = torch.arange(max_query, device=query.device)
+    token = (start[:, None] + i).clamp(0, tokens - 1)
+    q = query.float()[token].view(requests, max_query, kv_heads, heads // kv_heads, head_size)
+    scores = torch.einsum("rqhgd,rshd->rqhgs", q, key) * scale
     if soft_cap > 0:
         scores = torch.tanh(scores / soft_cap) * soft_cap
     # A request's query tokens are the last of its sequence: the position of each follows from that.
-    seq_len = seq_lens.long()[request].unsqueeze(1)
-    pos = seq_len - (query_start_loc.long()[request + 1] - token.long()).unsqueeze(1)
+    seq_len = seq_lens.long()[:, None, None]
+    pos = seq_len - count[:, None, None] + i[None, :, None]  # [requests, max_query, 1]
     visible = (key_pos <= pos) & (key_pos < seq_len)
     if sliding_window > 0:
         visible &= key_pos > pos - sliding_window
-    # Finite: a padding token (past the last request) sees no key and gets a finite, ignored row.
-    scores = scores.masked_fill(~visible[:, None, None, :], torch.finfo(scores.dtype).min)
+    # Finite: a padding query (past a request's count, or a row past the requests) sees no key
+    # and gets a finite row that no token reads.
+    scores = scores.masked_fill(~visible[:, :, None, None, :], torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("thgs,tshd->thgd", probs, value)
-    return out.reshape(tokens, heads, head_size).to(query.dtype)
+    out = torch.einsum("rqhgs,rshd->rqhgd", probs, value).reshape(requests * max_query, heads, head_size)
+    # Back in token order: token t is query t - start of its request. Padding tokens
+    # past the last request read some row; theirs are ignored.
+    t = torch.arange(tokens, device=query.device, dtype=query_start_loc.dtype)
+    request = torch.bucketize(t, query_start_loc[1 : requests + 1], right=True).clamp(max=requests - 1)
+    row = request * max_query + (t.long() - start[request]).clamp(0, max_query - 1)
+    return out[row].to(query.dtype)
+
+
+def query_bucket(max_query_len: int, tokens: int) -> int:
+    """The query rows attention pads each request to: 1 (decode steps), 16 (short
+    chunks), else all `tokens`. Few values, so few programs per token bucket;
+    attention's work grows with requests x this, not with tokens x cached keys."""
+    for bucket in (1, 16):
+        if max_query_len <= bucket:
+            return min(bucket, tokens)
+    return tokens
+
+
+def cache_rows(kv_cache: torch.Tensor) -> torch.Tensor:
+    """A layer's cache, [blocks, kv heads, block size, C] in the LBNHC layout, as
+    its [blocks * block size, kv heads, C] rows: a contiguous view of the whole
+    storage (programs then read it as it is, with no copy)."""
+    blocks, kv_heads, block_size, channels = kv_cache.shape
+    return kv_cache.transpose(1, 2).view(blocks * block_size, kv_heads, channels)
 
 
 @torch.library.custom_op("torch_tpu::paged_attention", mutates_args=())
@@ -70,20 +99,31 @@ def paged_attention(
     block_table: torch.Tensor,
     seq_lens: torch.Tensor,
     query_start_loc: torch.Tensor,
+    max_query: int,
     scale: float,
     sliding_window: int,
     soft_cap: float,
 ) -> torch.Tensor:
     """Attention of each query token over its request's cached keys (see _attention)."""
-    return _attention(query, kv_cache, block_table, seq_lens, query_start_loc, scale, sliding_window, soft_cap)
+    rows, block_size = cache_rows(kv_cache), kv_cache.shape[2]
+    return _attention(
+        query, rows, block_size, block_table, seq_lens, query_start_loc, max_query, scale, sliding_window, soft_cap
+    )
 
 
-# On tpu: one XLA program per shape (the token buckets), not one per op.
-paged_attention.register_kernel("tpu")(program(_attention))
+_attention_on_tpu = program(_attention)  # one XLA program per shape (the token buckets), not one per op
+
+
+@paged_attention.register_kernel("tpu")
+def _(query, kv_cache, block_table, seq_lens, query_start_loc, max_query, scale, sliding_window, soft_cap):
+    rows, block_size = cache_rows(kv_cache), kv_cache.shape[2]
+    return _attention_on_tpu(
+        query, rows, block_size, block_table, seq_lens, query_start_loc, max_query, scale, sliding_window, soft_cap
+    )
 
 
 @paged_attention.register_fake
-def _(query, kv_cache, block_table, seq_lens, query_start_loc, scale, sliding_window, soft_cap):
+def _(query, kv_cache, block_table, seq_lens, query_start_loc, max_query, scale, sliding_window, soft_cap):
     return torch.empty_like(query)
 
 
@@ -100,8 +140,8 @@ _write_rows_on_tpu = program(torch.func.functionalize(_write_rows))
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
     """Writes each token's key and value into its slot; padding tokens (slot -1)
     write to slot 0, in block 0, which vLLM reserves and never reads."""
-    blocks, kv_heads, block_size, _ = kv_cache.shape
-    rows = kv_cache.transpose(1, 2).view(blocks * block_size, kv_heads, -1)  # a view: LBNHC is contiguous so
+    rows = cache_rows(kv_cache)
+    kv_heads = rows.shape[1]
     write = _write_rows_on_tpu if rows.device.type == "tpu" else _write_rows
     write(rows, slot_mapping, key.view(key.shape[0], kv_heads, -1), value.view(value.shape[0], kv_heads, -1))
 
@@ -109,6 +149,7 @@ def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tenso
 @dataclass
 class TpuAttentionMetadata:
     num_actual_tokens: int
+    max_query_len: int
     query_start_loc: torch.Tensor
     seq_lens: torch.Tensor
     block_table: torch.Tensor
@@ -140,6 +181,7 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         rows = self.vllm_config.scheduler_config.max_num_seqs
         return TpuAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
+            max_query_len=m.max_query_len,
             query_start_loc=whole_rows(m.query_start_loc, rows + 1),
             seq_lens=whole_rows(m.seq_lens, rows),
             block_table=whole_rows(m.block_table_tensor, rows),
@@ -225,6 +267,7 @@ class TpuAttentionImpl(AttentionImpl):
             m.block_table,
             m.seq_lens,
             m.query_start_loc,
+            query_bucket(m.max_query_len, tokens),
             self.scale,
             self.sliding_window,
             self.soft_cap,

@@ -106,6 +106,17 @@ class TpuModelRunner(GPUModelRunner):
         finally:
             runner.allocate_kv_cache = vllm_allocate
 
+    def _model_forward(self, *args, **kwargs):
+        # In Fused mode the model's forward (its compiled pieces, attention, KV
+        # writes: shaped by the token bucket only) is one window, one program; the
+        # input preparation before it and the logits and sampling after it (shaped
+        # by the number of requests too) are windows of their own. In one window
+        # the whole model would compile again for every bucket and request count.
+        torch_tpu.mark_step()
+        out = super()._model_forward(*args, **kwargs)
+        torch_tpu.mark_step()
+        return out
+
     def _to_list(self, sampled_token_ids: torch.Tensor) -> list[list[int]]:
         return sampled_token_ids.tolist()  # one device-to-host copy, awaited
 
@@ -125,14 +136,31 @@ class TpuModelRunner(GPUModelRunner):
         return CUDAGraphMode.NONE, descriptor, ubatch, across_dp, stats
 
 
+def warm_up_prompt_lengths(max_num_seqs: int, max_len: int, buckets: list[int]):
+    """The prefill steps warm-up runs: in every token bucket, every request count
+    up to max_num_seqs (one long prompt, the others one token), and prompts of at
+    most 16 tokens filling the bucket (attention's short-query programs, see
+    attention.query_bucket). Each is followed by a decode step (one query token each)."""
+    previous = 0
+    for bucket in buckets:
+        for count in range(1, min(max_num_seqs, bucket) + 1):
+            first = min(bucket - count + 1, max_len - 2)  # fills the bucket; room for two sampled tokens
+            yield [first] + [1] * (count - 1)
+        count = min(max_num_seqs, -(-bucket // 16))
+        total = min(bucket, 16 * count)
+        if bucket > 16 and total > previous:
+            yield [total // count + (i < total % count) for i in range(count)]
+        previous = bucket
+
+
 def warm_up_request_counts(runner, scheduler_config, buckets: list[int]) -> int:
-    """Runs the model runner through real steps (prefill, then decode) for every
-    number of requests up to max_num_seqs in every token bucket: the per-step
-    work outside the compiled graphs (logits of the requests' last tokens,
-    greedy sampling, bookkeeping) has shapes of the request count, and each
-    shape is a program compiled on first sight. Fake requests of one-token
-    prompts in blocks 1.. (block 0 is vLLM's null block); they are finished at
-    the end of each step pair and never reach the scheduler."""
+    """Runs the model runner through real steps (prefill, then decode) of
+    warm_up_prompt_lengths: the per-step work outside the compiled graphs (logits
+    of the requests' last tokens, greedy sampling, bookkeeping) has shapes of the
+    request count, attention of the query lengths, and each shape is a program
+    compiled on first sight. Fake requests in blocks 1.. (block 0 is vLLM's null
+    block); they are finished at the end of each step pair and never reach the
+    scheduler."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 
@@ -140,52 +168,50 @@ def warm_up_request_counts(runner, scheduler_config, buckets: list[int]) -> int:
     max_len = runner.model_config.max_model_len
     blocks = runner.kv_cache_config.num_blocks
     steps = 0
-    for bucket in buckets:
-        for count in range(1, min(scheduler_config.max_num_seqs, bucket) + 1):
-            first = min(bucket - count + 1, max_len - 2)  # fills the bucket; room for two sampled tokens
-            lengths = [first] + [1] * (count - 1)
-            needed = sum(-(-(n + 1) // block_size) for n in lengths)
-            if needed >= blocks:
-                continue
-            ids, next_block, new = [f"torch_tpu-warmup-{bucket}-{count}-{i}" for i in range(count)], 1, []
-            for rid, n in zip(ids, lengths, strict=True):
-                k = -(-(n + 1) // block_size)
-                new.append(
-                    NewRequestData(
-                        req_id=rid,
-                        prompt_token_ids=[0] * n,
-                        mm_features=[],
-                        sampling_params=SamplingParams(temperature=0, max_tokens=2),
-                        pooling_params=None,
-                        block_ids=(list(range(next_block, next_block + k)),),
-                        num_computed_tokens=0,
-                        lora_request=None,
-                    )
+    for lengths in warm_up_prompt_lengths(scheduler_config.max_num_seqs, max_len, buckets):
+        count = len(lengths)
+        needed = sum(-(-(n + 1) // block_size) for n in lengths)
+        if needed >= blocks:
+            continue
+        ids, next_block, new = [f"torch_tpu-warmup-{steps}-{i}" for i in range(count)], 1, []
+        for rid, n in zip(ids, lengths, strict=True):
+            k = -(-(n + 1) // block_size)
+            new.append(
+                NewRequestData(
+                    req_id=rid,
+                    prompt_token_ids=[0] * n,
+                    mm_features=[],
+                    sampling_params=SamplingParams(temperature=0, max_tokens=2),
+                    pooling_params=None,
+                    block_ids=(list(range(next_block, next_block + k)),),
+                    num_computed_tokens=0,
+                    lora_request=None,
                 )
-                next_block += k
-            prefill = SchedulerOutput.make_empty()
-            prefill.scheduled_new_reqs = new
-            prefill.num_scheduled_tokens = dict(zip(ids, lengths, strict=True))
-            prefill.total_num_scheduled_tokens = sum(lengths)
-            decode = SchedulerOutput.make_empty()
-            decode.scheduled_cached_reqs = CachedRequestData(
-                req_ids=ids,
-                resumed_req_ids=set(),
-                new_token_ids=[[] for _ in ids],
-                all_token_ids={},
-                new_block_ids=[None for _ in ids],
-                num_computed_tokens=lengths,
-                num_output_tokens=[1 for _ in ids],
             )
-            decode.num_scheduled_tokens = {rid: 1 for rid in ids}
-            decode.total_num_scheduled_tokens = count
-            finish = SchedulerOutput.make_empty()
-            finish.finished_req_ids = set(ids)
-            for step in (prefill, decode):
-                runner.execute_model(step)
-                runner.sample_tokens(None)
-                steps += 1
-            runner.execute_model(finish)
+            next_block += k
+        prefill = SchedulerOutput.make_empty()
+        prefill.scheduled_new_reqs = new
+        prefill.num_scheduled_tokens = dict(zip(ids, lengths, strict=True))
+        prefill.total_num_scheduled_tokens = sum(lengths)
+        decode = SchedulerOutput.make_empty()
+        decode.scheduled_cached_reqs = CachedRequestData(
+            req_ids=ids,
+            resumed_req_ids=set(),
+            new_token_ids=[[] for _ in ids],
+            all_token_ids={},
+            new_block_ids=[None for _ in ids],
+            num_computed_tokens=lengths,
+            num_output_tokens=[1 for _ in ids],
+        )
+        decode.num_scheduled_tokens = {rid: 1 for rid in ids}
+        decode.total_num_scheduled_tokens = count
+        finish = SchedulerOutput.make_empty()
+        finish.finished_req_ids = set(ids)
+        for step in (prefill, decode):
+            runner.execute_model(step)
+            runner.sample_tokens(None)
+            steps += 1
+        runner.execute_model(finish)
     return steps
 
 
