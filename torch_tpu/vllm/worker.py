@@ -21,6 +21,7 @@ from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environmen
 from vllm.v1.worker.worker_base import CompilationTimes
 
 import torch_tpu
+from torch_tpu._compile import program
 from torch_tpu.vllm.attention import whole_rows
 
 logger = init_logger(__name__)
@@ -48,15 +49,25 @@ def compute_slot_mapping(
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("torch_tpu's vLLM worker: context parallelism is not supported")
     table = block_table.view(-1, block_table_stride)
-    requests = table.shape[0]
-    starts = whole_rows(query_start_loc, requests + 1)[1:]  # past the last request: its end, repeated
-    pos = whole_rows(positions, max_num_tokens).long()
+    starts = whole_rows(query_start_loc, table.shape[0] + 1)[1:]  # past the last request: its end, repeated
+    pos = whole_rows(positions, max_num_tokens)
+    write = _write_slot_mapping_on_tpu if pos.device.type == "tpu" else _write_slot_mapping
+    # The token count as a tensor: one program for every count.
+    write(slot_mapping[:max_num_tokens], table, starts, pos, torch.tensor(num_tokens), KV_CACHE_BLOCK_SIZE, PAD_ID)
+
+
+def _write_slot_mapping(slot_mapping, table, starts, positions, num_tokens, block_size: int, pad: int) -> None:
+    pos = positions.long()
     token = torch.arange(pos.shape[0], device=pos.device)
-    request = torch.bucketize(token.to(starts.dtype), starts, right=True).clamp(max=requests - 1)
-    block = table[request, (pos // KV_CACHE_BLOCK_SIZE).clamp(0, table.shape[1] - 1)].long()
-    slots = torch.where(token < num_tokens, block * KV_CACHE_BLOCK_SIZE + pos % KV_CACHE_BLOCK_SIZE, PAD_ID)
+    request = torch.bucketize(token.to(starts.dtype), starts, right=True).clamp(max=table.shape[0] - 1)
+    block = table[request, (pos // block_size).clamp(0, table.shape[1] - 1)].long()
+    slots = torch.where(token < num_tokens.to(pos.device), block * block_size + pos % block_size, pad)
     slot_mapping[: pos.shape[0]] = slots
-    slot_mapping[pos.shape[0] : max_num_tokens] = PAD_ID
+    slot_mapping[pos.shape[0] :] = pad
+
+
+# On tpu one program (its output buffer donated), not a dozen eager ops per step.
+_write_slot_mapping_on_tpu = program(torch.func.functionalize(_write_slot_mapping))
 
 
 def _copy_whole_buffer(buffer, n=None):
