@@ -515,17 +515,20 @@ def _per_shape(gm: torch.fx.GraphModule, name: str):
 
 
 def program(fn):
-    """`fn` (a pure function of tensors and plain values) as one XLA program per
-    set of input shapes, dtypes and plain values: traced with make_fx and
-    compiled on first sight, without Dynamo (so it also works where Dynamo is
-    disabled, such as between the pieces of vLLM's compiled graphs)."""
+    """`fn` (a function of tensors and plain values) as one XLA program per set
+    of input shapes, dtypes and plain values: functionalized (in-place ops
+    inside it become values; an input it overwrites is written back, its buffer
+    donated), traced with make_fx and compiled on first sight, without Dynamo
+    (so it also works where Dynamo is disabled, such as between the pieces of
+    vLLM's compiled graphs)."""
     programs = {}
+    functional = torch.func.functionalize(fn)
 
     def run(*args):
         signature = _signature(args)
         compiled = programs.get(signature)
         if compiled is None:
-            traced = _trace_static(fn, args)
+            traced = _trace_static(functional, args)
             single = _tuple_output(traced)
             build = _build(traced, f"{fn.__name__} {[s[0] if isinstance(s, tuple) else s for s in signature]}")
             compiled = programs[signature] = (build, single)

@@ -262,6 +262,29 @@ def _(x, y, scale, out):
     return None
 
 
+def test_program_runs_a_function_with_in_place_ops_as_one_program():
+    from torch_tpu._compile import program
+
+    def scatter_rows(table, index, rows, scale: float):
+        masked = rows * scale
+        masked[:, 0] += 1  # in-place on a temporary
+        table.index_copy_(0, index, masked)  # and on an input: written back
+        return table.sum(0)
+
+    run = program(scatter_rows)
+    table, index, rows = torch.zeros(6, 3), torch.tensor([4, 1]), torch.arange(6.0).view(2, 3)
+    expected = scatter_rows(table.clone(), index, rows, 2.0)
+    tpu_table = table.to("tpu")
+    before = torch_tpu.metrics().get("compiled_graphs", 0)
+    for _ in range(2):
+        got = run(tpu_table, index.to("tpu"), rows.to("tpu"), 2.0)
+    assert torch_tpu.metrics()["compiled_graphs"] == before + 1, "one program per signature"
+    want = table.clone()
+    scatter_rows(want, index, rows, 2.0)
+    torch.testing.assert_close(tpu_table.cpu(), want)
+    torch.testing.assert_close(got.cpu(), expected)
+
+
 def test_custom_op_with_fake_kernel_in_a_compiled_graph():
     def f(x, y, scale, bias):
         out = torch.empty_like(x)

@@ -60,7 +60,7 @@ def _attention(
     pos = seq_len - count[:, None, None] + i[None, :, None]  # [requests, max_query, 1]
     visible = (key_pos <= pos) & (key_pos < seq_len)
     if sliding_window > 0:
-        visible &= key_pos > pos - sliding_window
+        visible = visible & (key_pos > pos - sliding_window)
     # Finite: a padding query (past a request's count, or a row past the requests) sees no key
     # and gets a finite row that no token reads.
     scores = scores.masked_fill(~visible[..., None, None], torch.finfo(scores.dtype).min)
@@ -155,7 +155,7 @@ def _write_rows(rows: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tenso
 
 # On tpu one program per bucket that overwrites the cache in place (its buffer is
 # donated): an eager index_copy_ would copy the layer's whole cache every step.
-_write_rows_on_tpu = program(torch.func.functionalize(_write_rows))
+_write_rows_on_tpu = program(_write_rows)
 
 
 def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):

@@ -67,7 +67,7 @@ def _write_slot_mapping(slot_mapping, table, starts, positions, num_tokens, bloc
 
 
 # On tpu one program (its output buffer donated), not a dozen eager ops per step.
-_write_slot_mapping_on_tpu = program(torch.func.functionalize(_write_slot_mapping))
+_write_slot_mapping_on_tpu = program(_write_slot_mapping)
 
 
 def _copy_whole_buffer(buffer, n=None):
