@@ -5,8 +5,10 @@
 // Streams and events are honest about PJRT: it orders work by the buffers an
 // execution reads, not by queues, so every stream of a device is the same
 // ordered flow (a stream id is a name PyTorch can pass around; waiting on an
-// event orders nothing more). An event is the set of outputs launched on its
-// device before it was recorded: it completes when they are all computed.
+// event orders nothing more). An event is the work launched on its device
+// before it was recorded, non_blocking copies to pinned host memory included:
+// it completes when that is all computed and copied, and its synchronize()
+// raises a failed device check of that work.
 // GCC warns that the header's cache-line constant may differ between compilers.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -64,19 +66,19 @@ void check_device(c10::DeviceIndex index) {
 
 struct TpuEvent {
   c10::DeviceIndex device = 0;
-  std::vector<pjrt::BufferPtr> outputs;  // launched before the record
+  std::shared_ptr<Runtime::Launched> work;  // launched (and copies started) before the record
   bool timing = false;
   std::chrono::steady_clock::time_point done;  // timing events: when the work was complete
 };
 
-bool all_ready(const TpuEvent& e) {
-  for (const auto& b : e.outputs)
-    if (!b->ready()) return false;
-  return true;
-}
-
-void await_all(const TpuEvent& e) {
-  for (const auto& b : e.outputs) b->await_ready();
+// Waits for an event's work; a failed check of it raises as the op would (IndexError or RuntimeError).
+void await_work(const std::shared_ptr<Runtime::Launched>& work) {
+  if (!work) return;
+  try {
+    Runtime::get().await(work);
+  } catch (const runtime::DeviceCheckFailed& e) {
+    raise_check(e.what(), " (reported at an event's synchronize: ops run asynchronously)");
+  }
 }
 
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
@@ -122,9 +124,7 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return old;
   }
   bool queryStream(const c10::Stream& s) const override {
-    TpuEvent e;
-    e.outputs = Runtime::get().launched(s.device_index());
-    return all_ready(e);
+    return Runtime::get().ready(Runtime::get().launched(s.device_index()));
   }
   void synchronizeStream(const c10::Stream& s) const override { Runtime::get().synchronize(s.device_index()); }
   void synchronizeDevice(const c10::DeviceIndex device) const override { Runtime::get().synchronize(device); }
@@ -141,17 +141,19 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
       *event = e;
     }
     e->device = stream.device_index();
-    e->outputs = Runtime::get().launched(e->device);
+    e->work = Runtime::get().launched(e->device);
     if (e->timing) {  // elapsed time is between completions: a timing event waits for its work here
-      await_all(*e);
+      await_work(e->work);
       e->done = std::chrono::steady_clock::now();
     }
   }
   // Nothing to insert: a later execution that reads these outputs already waits for them.
   void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
-  bool queryEvent(void* event) const override { return !event || all_ready(*static_cast<TpuEvent*>(event)); }
+  bool queryEvent(void* event) const override {
+    return !event || !static_cast<TpuEvent*>(event)->work || Runtime::get().ready(static_cast<TpuEvent*>(event)->work);
+  }
   void synchronizeEvent(void* event) const override {
-    if (event) await_all(*static_cast<TpuEvent*>(event));
+    if (event) await_work(static_cast<TpuEvent*>(event)->work);
   }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*device*/) const override {
     TORCH_CHECK(start && end, "torch_tpu: elapsed_time needs two recorded events");

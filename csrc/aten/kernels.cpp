@@ -148,6 +148,15 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
     return dst;
   }
   TORCH_CHECK(src.device().type() == kTpu, "torch_tpu: _copy_from called without a tpu tensor");
+  if (non_blocking && dst.is_pinned() && dst.is_contiguous() && dst.sizes() == src.sizes() &&
+      dst.scalar_type() == src.scalar_type()) {
+    // As CUDA does into pinned memory: the copy is started, not awaited; an
+    // event recorded after it (or synchronize) waits for it. The host tensor's
+    // storage stays alive until the copy is done.
+    Runtime::get().download_async(read_dense(src), dst.data_ptr(), dst.nbytes(),
+                                  std::shared_ptr<void>(nullptr, [keep = dst.storage()](void*) {}), device_index(src));
+    return dst;
+  }
   dst.copy_(download(src));  // tpu -> host: CPU does the dtype, broadcast and strides
   return dst;
 }

@@ -144,6 +144,7 @@ Buffer::~Buffer() {
 
 void Buffer::fill_from(Buffer& source) {
   if (!is_placeholder()) throw std::logic_error("pjrt::Buffer::fill_from: the buffer already has a handle");
+  launch_ = source.launch_;
   buffer_.store(source.buffer_.exchange(nullptr), std::memory_order_release);
 }
 
@@ -161,6 +162,15 @@ void Buffer::to_host(void* dst, size_t nbytes) const {
   a.dst_size = nbytes;
   plugin_->check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&a), "PJRT_Buffer_ToHostBuffer");
   Event(plugin_, a.event).await();
+}
+
+std::unique_ptr<Event> Buffer::to_host_async(void* dst, size_t nbytes) const {
+  auto a = args<PJRT_Buffer_ToHostBuffer_Args>();
+  a.src = raw();
+  a.dst = dst;
+  a.dst_size = nbytes;
+  plugin_->check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&a), "PJRT_Buffer_ToHostBuffer");
+  return std::make_unique<Event>(plugin_, a.event);
 }
 
 void Buffer::await_ready() const {

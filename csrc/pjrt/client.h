@@ -84,11 +84,18 @@ class Buffer {
   PJRT_Buffer* raw() const { return buffer_.load(std::memory_order_acquire); }
   bool is_placeholder() const { return raw() == nullptr; }
   uint64_t tag() const { return tag_; }
-  // Gives a placeholder the handle of `source`, which is left without one.
+  // Which launch made it, in the runtime's launch order (kUnknownLaunch: not
+  // known, ordered after every launch). A filled placeholder takes its source's.
+  static constexpr uint64_t kUnknownLaunch = ~uint64_t{0};
+  uint64_t launch() const { return launch_; }
+  void set_launch(uint64_t launch) { launch_ = launch; }
+  // Gives a placeholder the handle (and launch) of `source`, which is left without a handle.
   void fill_from(Buffer& source);
   size_t on_device_size() const;
   // Copies the whole buffer into `dst` (row-major) and waits for the copy.
   void to_host(void* dst, size_t nbytes) const;
+  // Starts that copy (after the buffer is computed); it is done when the event is.
+  std::unique_ptr<Event> to_host_async(void* dst, size_t nbytes) const;
   // Waits until the computation producing this buffer finished; raises its error.
   void await_ready() const;
   // Whether that computation finished (a placeholder: false).
@@ -100,6 +107,7 @@ class Buffer {
   std::shared_ptr<Plugin> plugin_;
   std::atomic<PJRT_Buffer*> buffer_;
   uint64_t tag_ = 0;
+  uint64_t launch_ = kUnknownLaunch;
 };
 
 using BufferPtr = std::shared_ptr<Buffer>;

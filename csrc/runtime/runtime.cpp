@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -282,6 +283,9 @@ Runtime::Runtime() {
   capacity_.resize(device_count());
   for (size_t d = 0; d < device_count(); ++d) capacity_[d] = find_capacity(*client_, d);
   pending_.resize(device_count());
+  host_copies_.resize(device_count());
+  last_record_.resize(device_count());
+  synchronized_.resize(device_count());
   window_ = std::make_unique<FusedWindow>(*this);
 }
 
@@ -427,10 +431,13 @@ std::vector<std::vector<pjrt::BufferPtr>> Runtime::execute_on_devices(
   for (int d : program.devices) check_fits(d, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
   auto outputs = exe->execute_on_devices(raw);
+  const uint64_t launch = ++launches_;
+  for (const auto& per_device : outputs)
+    for (const auto& o : per_device) o->set_launch(launch);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t p = 0; p < outputs.size(); ++p)
-      for (const auto& o : outputs[p]) pending_[program.devices[p]].push_back({o, what});
+      for (const auto& o : outputs[p]) pending_[program.devices[p]].push_back({o, what, launch});
   }
   if (mode() == EagerMode::Debug)
     for (const auto& per_device : outputs)
@@ -638,12 +645,14 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
   if (check_memory) check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
   auto outputs = exe->execute(raw, this->device(device), keep);
+  const uint64_t launch = ++launches_;
+  for (const auto& o : outputs) o->set_launch(launch);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& pending = pending_[device];
     if (pending.size() >= 4096)  // forget outputs already freed: they were awaited or dropped
       std::erase_if(pending, [](const Pending& p) { return p.buffer.expired(); });
-    for (const auto& o : outputs) pending.push_back({o, what});
+    for (const auto& o : outputs) pending.push_back({o, what, launch});
   }
   if (mode() == EagerMode::Debug) {
     for (const auto& o : outputs) {
@@ -690,30 +699,112 @@ void Runtime::defer_check(pjrt::BufferPtr flag, std::string message) {
   has_deferred_checks_ = true;
 }
 
-void Runtime::verify_checks() {
+void Runtime::verify_checks(uint64_t upto) {
   if (!has_deferred_checks_.load()) return;
   std::vector<std::pair<pjrt::BufferPtr, std::string>> checks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    checks.swap(deferred_checks_);
-    has_deferred_checks_ = false;
+    // A host read verifies the checks launched no later than the value it reads,
+    // as a CUDA stream's would: waiting for later launches (a flag still in the
+    // window, or launched after) would undo the overlap of host and device work.
+    const auto later = std::stable_partition(deferred_checks_.begin(), deferred_checks_.end(), [&](const auto& c) {
+      return upto == pjrt::Buffer::kUnknownLaunch || (!c.first->is_placeholder() && c.first->launch() <= upto);
+    });
+    checks.assign(std::make_move_iterator(deferred_checks_.begin()), std::make_move_iterator(later));
+    deferred_checks_.erase(deferred_checks_.begin(), later);
+    has_deferred_checks_ = !deferred_checks_.empty();
   }
-  for (const auto& [flag, message] : checks) {
-    bool ok = true;
-    resolve(*flag);
-    count("transfers_to_host");
-    flag->to_host(&ok, 1);
-    if (!ok) throw DeviceCheckFailed(message);
+  // Every flag's copy started first, then awaited: one wait, not one per check.
+  std::unique_ptr<bool[]> ok(new bool[checks.size()]);
+  std::vector<std::unique_ptr<pjrt::Event>> copies;
+  std::exception_ptr error;
+  try {
+    for (size_t i = 0; i < checks.size(); ++i) {
+      resolve(*checks[i].first);
+      copies.push_back(checks[i].first->to_host_async(&ok[i], 1));
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  for (const auto& copy : copies) {  // all awaited before `ok` goes
+    try {
+      copy->await();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  count("transfers_to_host", static_cast<int64_t>(copies.size()));
+  if (error) std::rethrow_exception(error);
+  for (size_t i = 0; i < checks.size(); ++i)
+    if (!ok[i]) throw DeviceCheckFailed(checks[i].second);
+}
+
+std::shared_ptr<Runtime::Launched> Runtime::launched(int device) {
+  window_->flush("event");
+  auto work = std::make_shared<Launched>();
+  work->device = device;
+  std::lock_guard<std::mutex> lock(mutex_);
+  work->launch = launches_.load();
+  work->previous = last_record_.at(device).lock();
+  // Since the previous record (it still covers what came before), else since
+  // the last synchronize; pending_ is in launch order.
+  const uint64_t since = work->previous ? work->previous->launch : synchronized_.at(device);
+  const auto& pending = pending_.at(device);
+  for (auto p = pending.rbegin(); p != pending.rend() && p->launch > since; ++p)
+    if (!p->buffer.expired()) work->outputs.push_back(p->buffer);
+  auto& copies = host_copies_.at(device);
+  std::erase_if(copies, [](const auto& c) { return c->done->ready(); });
+  work->copies = copies;
+  last_record_.at(device) = work;
+  return work;
+}
+
+std::vector<std::shared_ptr<Runtime::Launched>> Runtime::unfinished(const std::shared_ptr<Launched>& work) const {
+  std::vector<std::shared_ptr<Launched>> chain;
+  const uint64_t synced = synchronized_.at(work->device);
+  for (auto w = work; w && !w->done && w->launch > synced; w = w->previous) chain.push_back(w);
+  return chain;
+}
+
+void Runtime::mark_done(const std::vector<std::shared_ptr<Launched>>& chain) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& w : chain) {
+    w->done = true;
+    w->outputs.clear();
+    w->copies.clear();
+    w->previous.reset();
   }
 }
 
-std::vector<pjrt::BufferPtr> Runtime::launched(int device) {
-  window_->flush("event");
-  std::vector<pjrt::BufferPtr> alive;
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& p : pending_.at(device))
-    if (auto b = p.buffer.lock()) alive.push_back(std::move(b));
-  return alive;
+bool Runtime::ready(const std::shared_ptr<Launched>& work) {
+  std::vector<std::shared_ptr<Launched>> chain;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    chain = unfinished(work);
+  }
+  for (const auto& w : chain) {
+    for (const auto& o : w->outputs)
+      if (auto b = o.lock(); b && !b->ready()) return false;
+    for (const auto& c : w->copies)
+      if (!c->done->ready()) return false;
+  }
+  mark_done(chain);  // a device error among them still surfaces at synchronize or at a read of its value
+  return true;
+}
+
+void Runtime::await(const std::shared_ptr<Launched>& work) {
+  std::vector<std::shared_ptr<Launched>> chain;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    chain = unfinished(work);
+  }
+  for (auto w = chain.rbegin(); w != chain.rend(); ++w) {  // oldest first
+    for (const auto& o : (*w)->outputs)
+      if (auto b = o.lock()) b->await_ready();
+    for (const auto& c : (*w)->copies) c->done->await();
+  }
+  mark_done(chain);
+  verify_checks(work->launch);
 }
 
 void Runtime::synchronize(int device) {
@@ -723,6 +814,7 @@ void Runtime::synchronize(int device) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     pending.swap(pending_.at(device));
+    synchronized_.at(device) = launches_.load();
   }
   for (const auto& p : pending) {
     auto b = p.buffer.lock();
@@ -734,6 +826,12 @@ void Runtime::synchronize(int device) {
                                " failed on the device (reported at synchronize): " + e.what());
     }
   }
+  std::vector<std::shared_ptr<HostCopy>> copies;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    copies.swap(host_copies_.at(device));
+  }
+  for (const auto& c : copies) c->done->await();
 }
 
 pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device) {
@@ -741,12 +839,14 @@ pjrt::BufferPtr Runtime::upload(const void* data, DType dtype, const std::vector
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   count("bytes_to_device", n * static_cast<int64_t>(stablehlo::byte_size(dtype)));
-  return client_->buffer_from_host(data, pjrt_type(dtype), dims, this->device(device));
+  auto buffer = client_->buffer_from_host(data, pjrt_type(dtype), dims, this->device(device));
+  buffer->set_launch(launches_.load());  // ordered after what was launched before it
+  return buffer;
 }
 
 void Runtime::download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
   resolve(buffer);
-  verify_checks();  // a host read is where an earlier op's failed check surfaces (Strict mode)
+  verify_checks(buffer.launch());  // a host read is where an earlier op's failed check surfaces
   count("transfers_to_host");
   try {
     buffer.to_host(dst, nbytes);
@@ -755,6 +855,15 @@ void Runtime::download(const pjrt::Buffer& buffer, void* dst, size_t nbytes) {
     for (size_t d = 0; d < pending_.size(); ++d) synchronize(static_cast<int>(d));
     throw;
   }
+}
+
+void Runtime::download_async(const pjrt::BufferPtr& buffer, void* dst, size_t nbytes, std::shared_ptr<void> target,
+                             int device) {
+  resolve(*buffer);
+  count("transfers_to_host");
+  auto copy = std::make_shared<HostCopy>(HostCopy{buffer->to_host_async(dst, nbytes), buffer, std::move(target)});
+  std::lock_guard<std::mutex> lock(mutex_);
+  host_copies_.at(device).push_back(std::move(copy));
 }
 
 void Runtime::count(const std::string& name, int64_t n) {

@@ -195,21 +195,48 @@ class Runtime {
   // returns where an op was called from (the Python stack), kept per recorded op.
   static void set_stack_provider(std::function<std::string()> provider);
 
-  // The outputs of everything launched on `device` since its last
-  // synchronize that are still alive (the fused window flushed first): what
-  // an event recorded now waits for.
-  std::vector<pjrt::BufferPtr> launched(int device);
+  // A copy into host memory started by download_async.
+  struct HostCopy {
+    std::unique_ptr<pjrt::Event> done;
+    pjrt::BufferPtr source;        // kept until the copy is done
+    std::shared_ptr<void> target;  // the host memory's owner, likewise
+  };
+  // What an event recorded now waits for: the outputs launched on its device
+  // since the previous record (the fused window flushed first), the host
+  // copies in flight, the deferred checks up to now, and the previous
+  // record's work. Each record walks only what is new since the one before,
+  // and work found done is dropped, so recording an event every step stays
+  // cheap however long the program runs without a synchronize.
+  struct Launched {
+    int device = 0;
+    uint64_t launch = 0;  // launches_ at the record
+    std::vector<std::weak_ptr<pjrt::Buffer>> outputs;
+    std::vector<std::shared_ptr<HostCopy>> copies;
+    std::shared_ptr<Launched> previous;  // null: nothing before it to wait for
+    bool done = false;                   // awaited: everything above is cleared
+  };
+  std::shared_ptr<Launched> launched(int device);
+  bool ready(const std::shared_ptr<Launched>& work);
+  // Waits for it; raises a device error or a failed check of it.
+  void await(const std::shared_ptr<Launched>& work);
 
   // Waits for everything launched on `device` so far; raises the first device
   // error, or DeviceCheckFailed for a failed deferred check.
   void synchronize(int device);
   // A check flag to verify at the next synchronize or host read (Strict mode).
   void defer_check(pjrt::BufferPtr flag, std::string message);
-  // Verifies the deferred checks now; throws DeviceCheckFailed naming the first that failed.
-  void verify_checks();
+  // Verifies the deferred checks of launches up to `upto` (by default all, the
+  // fused window flushed); throws DeviceCheckFailed naming the first that
+  // failed. Later ones stay deferred.
+  void verify_checks(uint64_t upto = pjrt::Buffer::kUnknownLaunch);
 
   pjrt::BufferPtr upload(const void* data, DType dtype, const std::vector<int64_t>& dims, int device);
   void download(const pjrt::Buffer& buffer, void* dst, size_t nbytes);
+  // Starts copying `buffer` of `device` into host memory `dst`, owned by
+  // `target`, and returns: a non_blocking copy to pinned memory. An event
+  // recorded after it, or synchronize, waits for it (and verifies the checks).
+  void download_async(const pjrt::BufferPtr& buffer, void* dst, size_t nbytes, std::shared_ptr<void> target,
+                      int device);
 
   EagerMode mode() const { return mode_.load(); }
   // Leaving Fused mode flushes the window first.
@@ -283,6 +310,7 @@ class Runtime {
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<pjrt::Executable>>> compiling_;
   std::map<std::string, int64_t> counters_;
   std::atomic<int64_t> executions_{0}, cache_hits_{0};  // the per-op counters, kept lock-free
+  std::atomic<uint64_t> launches_{0};                   // launch order, see pjrt::Buffer::launch
   std::atomic<EagerMode> mode_{EagerMode::Strict};
   std::atomic<bool> check_nan_{false};
   std::atomic<bool> serializable_{true};  // false once the plugin failed to serialize
@@ -296,8 +324,15 @@ class Runtime {
   struct Pending {
     std::weak_ptr<pjrt::Buffer> buffer;
     const char* op;  // a plan's name or a literal: lives for the process
+    uint64_t launch;
   };
   std::vector<std::vector<Pending>> pending_;
+  std::vector<std::weak_ptr<Launched>> last_record_;  // per device: the newest event record
+  std::vector<uint64_t> synchronized_;                // per device: launches_ at its last synchronize
+  // The records of `work`'s chain not yet done, newest first (mutex_ held).
+  std::vector<std::shared_ptr<Launched>> unfinished(const std::shared_ptr<Launched>& work) const;
+  void mark_done(const std::vector<std::shared_ptr<Launched>>& chain);
+  std::vector<std::vector<std::shared_ptr<HostCopy>>> host_copies_;  // per device, since its last synchronize
   std::vector<std::pair<pjrt::BufferPtr, std::string>> deferred_checks_;
   std::atomic<bool> has_deferred_checks_{false};
 };

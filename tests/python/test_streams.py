@@ -5,6 +5,8 @@ import threading
 import pytest
 import torch
 
+import torch_tpu
+
 
 def test_streams_are_named_per_device_and_thread():
     s1, s2 = torch.tpu.Stream(), torch.tpu.Stream(device=1, priority=-1)
@@ -46,6 +48,50 @@ def test_events_complete_with_the_work_recorded_before_them():
     assert isinstance(e, torch.tpu.Event) and not isinstance(torch.Event(device="cpu"), torch.tpu.Event)
     with pytest.raises((RuntimeError, ValueError), match="enable_timing=True"):
         e.elapsed_time(end)
+
+
+def test_non_blocking_copy_to_pinned_memory_completes_with_an_event():
+    x = torch.arange(1 << 16, dtype=torch.float32, device="tpu") * 3
+    host = x.to("cpu", non_blocking=True)  # started, not awaited, as CUDA does into pinned memory
+    rows = x[5:9].to("cpu", non_blocking=True)  # a view: read densely first
+    assert host.is_pinned() and rows.is_pinned()
+    done = torch.tpu.Event()
+    done.record()
+    done.synchronize()
+    assert done.query()
+    torch.testing.assert_close(host, torch.arange(1 << 16, dtype=torch.float32) * 3)
+    assert rows.tolist() == [15.0, 18.0, 21.0, 24.0]
+    into = torch.empty(4, dtype=torch.int64, pin_memory=True)
+    into.copy_(torch.tensor([7, 8, 9, 10], device="tpu"), non_blocking=True)
+    torch.tpu.synchronize()  # waits for host copies too
+    assert into.tolist() == [7, 8, 9, 10]
+    converted = torch.empty(2, dtype=torch.float64, pin_memory=True)  # a dtype change: copied at once
+    converted.copy_(torch.tensor([1.5, 2.5], device="tpu"), non_blocking=True)
+    assert converted.tolist() == [1.5, 2.5]
+
+
+def test_a_failed_check_surfaces_at_the_event_after_a_non_blocking_copy():
+    bad = torch.arange(3.0, device="tpu")[torch.tensor([0, 5], device="tpu")]
+    host = bad.to("cpu", non_blocking=True)
+    done = torch.tpu.Event()
+    done.record()
+    with pytest.raises(IndexError, match="out of bounds"):
+        done.synchronize()
+    assert host.shape == (2,)
+    assert torch.ones(2, device="tpu").cpu().tolist() == [1.0, 1.0]  # reported once; the process goes on
+
+
+def test_a_host_read_waits_for_the_checks_launched_before_its_value_only():
+    # Strict mode (each op its own launch): reading a value launched before a
+    # failing op does not wait for it; the failure surfaces at the next read of
+    # a later value or at synchronize. In Fused mode both are in one window.
+    early = torch.ones(2, device="tpu") * 2
+    bad = torch.arange(3.0, device="tpu")[torch.tensor([4], device="tpu")]
+    if torch_tpu.get_eager_mode() == "strict":
+        assert early.tolist() == [2.0, 2.0]
+    with pytest.raises(IndexError, match="out of bounds"):
+        torch.tpu.synchronize()
+    del bad
 
 
 def test_storage_resize_keeps_contents_and_accounts_memory():
