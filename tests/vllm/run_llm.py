@@ -47,6 +47,7 @@ def vllm_generate(cfg):
         enforce_eager=cfg.get("enforce_eager", True),
         enable_prefix_caching=cfg.get("prefix_caching", False),
         enable_chunked_prefill=cfg.get("chunked_prefill", True),
+        async_scheduling=cfg.get("async_scheduling"),  # None: vLLM's choice (on)
         seed=0,
     )
     from vllm.platforms import current_platform
@@ -56,7 +57,11 @@ def vllm_generate(cfg):
     for batch in batches(cfg):
         for o in llm.generate(batch, params, use_tqdm=False):
             outs.append({"tokens": list(o.outputs[0].token_ids), "cached": o.num_cached_tokens or 0})
-    result = {"platform": type(current_platform).__name__, "outputs": outs}
+    result = {
+        "platform": type(current_platform).__name__,
+        "outputs": outs,
+        "async_scheduling": llm.llm_engine.vllm_config.scheduler_config.async_scheduling,
+    }
     if cfg["platform"] == "tpu":
         import torch_tpu
 

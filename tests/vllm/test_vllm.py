@@ -75,7 +75,16 @@ def test_greedy_tokens_match_hf(models, arch, mode):
     cfg["enforce_eager"] = mode == "eager"
     got = run(cfg)
     assert got["platform"] == "TpuPlatform" and got["eager_mode"] == "fused"  # the plugin's default
+    assert got["async_scheduling"]  # the next step is scheduled while the device runs this one
     assert tokens(got) == reference(models[arch], PROMPTS, 12)
+
+
+def test_synchronous_scheduling(models):
+    # Async scheduling off: each step's tokens are read back before the next is scheduled.
+    cfg = {"model": models["llama"], "platform": "tpu", "prompts": PROMPTS, "max_tokens": 8, "async_scheduling": False}
+    got = run(cfg)
+    assert got["async_scheduling"] is False
+    assert tokens(got) == reference(models["llama"], PROMPTS, 8)
 
 
 def test_strict_eager_mode(models):

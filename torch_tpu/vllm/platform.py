@@ -89,7 +89,6 @@ class TpuPlatform(Platform):
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = "torch_tpu.vllm.worker.TpuWorker"
-        vllm_config.scheduler_config.async_scheduling = False  # it needs CUDA streams
         if hasattr(vllm_config, "kernel_config"):
             vllm_config.kernel_config.enable_jit_warmup = False
         cache = vllm_config.cache_config

@@ -1,9 +1,11 @@
 """vLLM's GPU worker and model runner (v1), on the "tpu" device.
 
-What differs from CUDA: no CUDA graphs or streams; the KV cache is sized from
-the device's free memory after a profile run; in compiled mode every step's
-token count is padded up to a bucket compiled at start-up, so serving compiles
-nothing new; slot mapping is plain aten ops instead of a Triton kernel.
+What differs from CUDA: no CUDA graphs; vLLM's streams and events are tpu's
+(async scheduling works as on CUDA: the sampled tokens' copy to the host is
+started, not awaited); the KV cache is sized from the device's free memory
+after a profile run; in compiled mode every step's token count is padded up to
+a bucket compiled at start-up; slot mapping is plain aten ops instead of a
+Triton kernel.
 """
 
 import bisect
@@ -16,6 +18,7 @@ import torch
 from vllm.config import CompilationMode, CUDAGraphMode
 from vllm.forward_context import BatchDescriptor
 from vllm.logger import init_logger
+from vllm.v1.worker import gpu_model_runner as runner_module
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.worker_base import CompilationTimes
@@ -73,8 +76,9 @@ _write_slot_mapping_on_tpu = program(_write_slot_mapping)
 def _copy_whole_buffer(buffer, n=None):
     """CpuGpuBuffer.copy_to_gpu on tpu: the whole buffer, whatever n. A write into
     a slice of a device storage is a program of that slice's shape; the whole
-    buffer is one upload of a fixed shape (the host copy is the source of truth:
-    async scheduling, which writes device rows directly, is off)."""
+    buffer is one upload of a fixed shape. Rows past n are padding; async
+    scheduling writes its device rows (the previous step's sampled tokens) after
+    this copy."""
     buffer.gpu.copy_(buffer.cpu, non_blocking=True)
     return buffer.gpu if n is None else buffer.gpu[:n]
 
@@ -100,22 +104,54 @@ def allocate_kv_cache(kv_cache_config, device, layout, kernel_block_sizes=None) 
     return caches
 
 
+@contextlib.contextmanager
+def _cuda_streams_on_tpu():
+    """vLLM's async scheduling calls torch.cuda's stream API: inside, torch.tpu's.
+    A tpu event waits for the work launched before its record(), host copies
+    included: a non_blocking copy to pinned memory is started, not awaited, so
+    the next step is scheduled and launched while the device computes this one."""
+    names = ("Stream", "Event", "stream", "current_stream")
+    cuda = {name: getattr(torch.cuda, name) for name in names}
+    for name in names:
+        setattr(torch.cuda, name, getattr(torch.tpu, name))
+    try:
+        yield
+    finally:
+        for name, value in cuda.items():
+            setattr(torch.cuda, name, value)
+
+
+class TpuAsyncModelRunnerOutput(runner_module.AsyncGPUModelRunnerOutput):
+    def __init__(self, *args, **kwargs):
+        with _cuda_streams_on_tpu():
+            super().__init__(*args, **kwargs)
+        # Its event keeps the next step from rewriting host buffers that a
+        # non_blocking upload may still read: a copy to tpu has read its host
+        # memory when it returns, so there is nothing to wait for.
+        self.prepare_inputs_event = None
+
+
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, *args, **kwargs):
         from vllm.v1 import utils
 
-        utils.CpuGpuBuffer.copy_to_gpu = _copy_whole_buffer  # this process runs vLLM on tpu only
-        super().__init__(*args, **kwargs)
+        # This process runs vLLM on tpu only.
+        utils.CpuGpuBuffer.copy_to_gpu = _copy_whole_buffer
+        runner_module.AsyncGPUModelRunnerOutput = TpuAsyncModelRunnerOutput
+        with _cuda_streams_on_tpu():
+            super().__init__(*args, **kwargs)
+        # Its event keeps the next step from rewriting host buffers that a
+        # non_blocking upload may still read: a copy to tpu has read its host
+        # memory when it returns, so there is nothing to wait for.
+        self.prepare_inputs_event = None
 
     def initialize_kv_cache_tensors(self, *args, **kwargs):
-        import vllm.v1.worker.gpu_model_runner as runner
-
-        vllm_allocate = runner.allocate_kv_cache
-        runner.allocate_kv_cache = allocate_kv_cache
+        vllm_allocate = runner_module.allocate_kv_cache
+        runner_module.allocate_kv_cache = allocate_kv_cache
         try:
             return super().initialize_kv_cache_tensors(*args, **kwargs)
         finally:
-            runner.allocate_kv_cache = vllm_allocate
+            runner_module.allocate_kv_cache = vllm_allocate
 
     def _model_forward(self, *args, **kwargs):
         # In Fused mode the model's forward (its compiled pieces, attention, KV
