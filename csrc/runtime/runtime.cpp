@@ -776,33 +776,37 @@ void Runtime::mark_done(const std::vector<std::shared_ptr<Launched>>& chain) {
   }
 }
 
+// The unfinished part of `work`'s chain, as what to wait for (copied under the
+// lock: another thread may mark the same records done meanwhile).
+Runtime::Launched Runtime::to_wait_for(const std::shared_ptr<Launched>& work,
+                                       std::vector<std::shared_ptr<Launched>>* chain) {
+  Launched all;
+  std::lock_guard<std::mutex> lock(mutex_);
+  *chain = unfinished(work);
+  for (auto w = chain->rbegin(); w != chain->rend(); ++w) {  // oldest first
+    all.outputs.insert(all.outputs.end(), (*w)->outputs.begin(), (*w)->outputs.end());
+    all.copies.insert(all.copies.end(), (*w)->copies.begin(), (*w)->copies.end());
+  }
+  return all;
+}
+
 bool Runtime::ready(const std::shared_ptr<Launched>& work) {
   std::vector<std::shared_ptr<Launched>> chain;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    chain = unfinished(work);
-  }
-  for (const auto& w : chain) {
-    for (const auto& o : w->outputs)
-      if (auto b = o.lock(); b && !b->ready()) return false;
-    for (const auto& c : w->copies)
-      if (!c->done->ready()) return false;
-  }
+  const Launched all = to_wait_for(work, &chain);
+  for (const auto& o : all.outputs)
+    if (auto b = o.lock(); b && !b->ready()) return false;
+  for (const auto& c : all.copies)
+    if (!c->done->ready()) return false;
   mark_done(chain);  // a device error among them still surfaces at synchronize or at a read of its value
   return true;
 }
 
 void Runtime::await(const std::shared_ptr<Launched>& work) {
   std::vector<std::shared_ptr<Launched>> chain;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    chain = unfinished(work);
-  }
-  for (auto w = chain.rbegin(); w != chain.rend(); ++w) {  // oldest first
-    for (const auto& o : (*w)->outputs)
-      if (auto b = o.lock()) b->await_ready();
-    for (const auto& c : (*w)->copies) c->done->await();
-  }
+  const Launched all = to_wait_for(work, &chain);
+  for (const auto& o : all.outputs)
+    if (auto b = o.lock()) b->await_ready();
+  for (const auto& c : all.copies) c->done->await();
   mark_done(chain);
   verify_checks(work->launch);
 }

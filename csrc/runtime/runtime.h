@@ -332,6 +332,7 @@ class Runtime {
   // The records of `work`'s chain not yet done, newest first (mutex_ held).
   std::vector<std::shared_ptr<Launched>> unfinished(const std::shared_ptr<Launched>& work) const;
   void mark_done(const std::vector<std::shared_ptr<Launched>>& chain);
+  Launched to_wait_for(const std::shared_ptr<Launched>& work, std::vector<std::shared_ptr<Launched>>* chain);
   std::vector<std::vector<std::shared_ptr<HostCopy>>> host_copies_;  // per device, since its last synchronize
   std::vector<std::pair<pjrt::BufferPtr, std::string>> deferred_checks_;
   std::atomic<bool> has_deferred_checks_{false};
