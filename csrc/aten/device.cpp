@@ -73,7 +73,6 @@ struct TpuEvent {
 
 // Waits for an event's work; a failed check of it raises as the op would (IndexError or RuntimeError).
 void await_work(const std::shared_ptr<Runtime::Launched>& work) {
-  if (!work) return;
   try {
     Runtime::get().await(work);
   } catch (const runtime::DeviceCheckFailed& e) {
@@ -150,7 +149,7 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   // Nothing to insert: a later execution that reads these outputs already waits for them.
   void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
   bool queryEvent(void* event) const override {
-    return !event || !static_cast<TpuEvent*>(event)->work || Runtime::get().ready(static_cast<TpuEvent*>(event)->work);
+    return !event || Runtime::get().ready(static_cast<TpuEvent*>(event)->work);
   }
   void synchronizeEvent(void* event) const override {
     if (event) await_work(static_cast<TpuEvent*>(event)->work);

@@ -155,14 +155,7 @@ size_t Buffer::on_device_size() const {
   return a.on_device_size_in_bytes;
 }
 
-void Buffer::to_host(void* dst, size_t nbytes) const {
-  auto a = args<PJRT_Buffer_ToHostBuffer_Args>();
-  a.src = raw();
-  a.dst = dst;
-  a.dst_size = nbytes;
-  plugin_->check(plugin_->api()->PJRT_Buffer_ToHostBuffer(&a), "PJRT_Buffer_ToHostBuffer");
-  Event(plugin_, a.event).await();
-}
+void Buffer::to_host(void* dst, size_t nbytes) const { to_host_async(dst, nbytes)->await(); }
 
 std::unique_ptr<Event> Buffer::to_host_async(void* dst, size_t nbytes) const {
   auto a = args<PJRT_Buffer_ToHostBuffer_Args>();

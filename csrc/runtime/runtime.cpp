@@ -759,13 +759,6 @@ std::shared_ptr<Runtime::Launched> Runtime::launched(int device) {
   return work;
 }
 
-std::vector<std::shared_ptr<Runtime::Launched>> Runtime::unfinished(const std::shared_ptr<Launched>& work) const {
-  std::vector<std::shared_ptr<Launched>> chain;
-  const uint64_t synced = synchronized_.at(work->device);
-  for (auto w = work; w && !w->done && w->launch > synced; w = w->previous) chain.push_back(w);
-  return chain;
-}
-
 void Runtime::mark_done(const std::vector<std::shared_ptr<Launched>>& chain) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& w : chain) {
@@ -776,13 +769,15 @@ void Runtime::mark_done(const std::vector<std::shared_ptr<Launched>>& chain) {
   }
 }
 
-// The unfinished part of `work`'s chain, as what to wait for (copied under the
-// lock: another thread may mark the same records done meanwhile).
+// The records of `work`'s chain not yet done (none before the last
+// synchronize), and what they wait for, copied under the lock: another thread
+// may mark the same records done meanwhile.
 Runtime::Launched Runtime::to_wait_for(const std::shared_ptr<Launched>& work,
                                        std::vector<std::shared_ptr<Launched>>* chain) {
   Launched all;
   std::lock_guard<std::mutex> lock(mutex_);
-  *chain = unfinished(work);
+  const uint64_t synced = synchronized_.at(work->device);
+  for (auto w = work; w && !w->done && w->launch > synced; w = w->previous) chain->push_back(w);
   for (auto w = chain->rbegin(); w != chain->rend(); ++w) {  // oldest first
     all.outputs.insert(all.outputs.end(), (*w)->outputs.begin(), (*w)->outputs.end());
     all.copies.insert(all.copies.end(), (*w)->copies.begin(), (*w)->copies.end());
@@ -791,6 +786,7 @@ Runtime::Launched Runtime::to_wait_for(const std::shared_ptr<Launched>& work,
 }
 
 bool Runtime::ready(const std::shared_ptr<Launched>& work) {
+  if (!work) return true;
   std::vector<std::shared_ptr<Launched>> chain;
   const Launched all = to_wait_for(work, &chain);
   for (const auto& o : all.outputs)
@@ -802,6 +798,7 @@ bool Runtime::ready(const std::shared_ptr<Launched>& work) {
 }
 
 void Runtime::await(const std::shared_ptr<Launched>& work) {
+  if (!work) return;
   std::vector<std::shared_ptr<Launched>> chain;
   const Launched all = to_wait_for(work, &chain);
   for (const auto& o : all.outputs)

@@ -216,7 +216,7 @@ class Runtime {
     bool done = false;                   // awaited: everything above is cleared
   };
   std::shared_ptr<Launched> launched(int device);
-  bool ready(const std::shared_ptr<Launched>& work);
+  bool ready(const std::shared_ptr<Launched>& work);  // null: nothing recorded, ready
   // Waits for it; raises a device error or a failed check of it.
   void await(const std::shared_ptr<Launched>& work);
 
@@ -329,8 +329,6 @@ class Runtime {
   std::vector<std::vector<Pending>> pending_;
   std::vector<std::weak_ptr<Launched>> last_record_;  // per device: the newest event record
   std::vector<uint64_t> synchronized_;                // per device: launches_ at its last synchronize
-  // The records of `work`'s chain not yet done, newest first (mutex_ held).
-  std::vector<std::shared_ptr<Launched>> unfinished(const std::shared_ptr<Launched>& work) const;
   void mark_done(const std::vector<std::shared_ptr<Launched>>& chain);
   Launched to_wait_for(const std::shared_ptr<Launched>& work, std::vector<std::shared_ptr<Launched>>* chain);
   std::vector<std::vector<std::shared_ptr<HostCopy>>> host_copies_;  // per device, since its last synchronize
