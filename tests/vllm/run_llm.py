@@ -53,6 +53,10 @@ def vllm_generate(cfg):
     from vllm.platforms import current_platform
 
     params = SamplingParams(max_tokens=cfg["max_tokens"], temperature=0, ignore_eos=True)
+    if cfg["platform"] == "tpu":
+        import torch_tpu
+
+        torch_tpu.reset_metrics()  # compiles from here on: after the engine's start and warm-up
     outs = []
     for batch in batches(cfg):
         for o in llm.generate(batch, params, use_tqdm=False):
@@ -66,6 +70,7 @@ def vllm_generate(cfg):
         import torch_tpu
 
         result["eager_mode"] = torch_tpu.get_eager_mode()
+        result["compiles_after_start"] = torch_tpu.metrics().get("compiles", 0)
     return result
 
 

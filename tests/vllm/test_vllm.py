@@ -6,6 +6,7 @@ the OpenAI server answers on 127.0.0.1 and keeps answering after bad requests.""
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -77,6 +78,32 @@ def test_greedy_tokens_match_hf(models, arch, mode):
     assert got["platform"] == "TpuPlatform" and got["eager_mode"] == "fused"  # the plugin's default
     assert got["async_scheduling"]  # the next step is scheduled while the device runs this one
     assert tokens(got) == reference(models[arch], PROMPTS, 12)
+
+
+def test_warmed_up_engine_compiles_nothing(models):
+    # Compiled mode: the engine's start compiles every token bucket and request count, so
+    # batches of any size and prompt lengths (chunked prefill included: prompts longer than a
+    # step's 64 tokens) compile no new program, and their tokens still equal HF's.
+    words = "the quick brown fox jumps over the lazy dog and a tensor runs on the tpu device".split()
+    rng = random.Random(0)
+
+    def prompt():
+        n = rng.choice([1, 2, 3, 5, 8, 13, 21, 40, 70, 110])
+        return " ".join(rng.choice(words) for _ in range(n))
+
+    batches = [[prompt() for _ in range(count)] for count in (1, 7, 3, 8, 5)]
+    cfg = {
+        "model": models["llama"],
+        "platform": "tpu",
+        "batches": batches,
+        "max_tokens": 6,
+        "max_num_batched_tokens": 64,
+        "enforce_eager": False,
+    }
+    got = run(cfg)
+    assert got["eager_mode"] == "fused" and got["async_scheduling"]
+    assert got["compiles_after_start"] == 0
+    assert tokens(got) == reference(models["llama"], [p for b in batches for p in b], 6)
 
 
 def test_synchronous_scheduling(models):

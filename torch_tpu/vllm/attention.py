@@ -204,7 +204,7 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
             num_actual_tokens=m.num_actual_tokens,
             max_query_len=m.max_query_len,
             query_start_loc=whole_rows(m.query_start_loc, rows + 1),
-            seq_lens=whole_rows(m.seq_lens, rows),
+            seq_lens=whole_rows(m.seq_lens, rows).to(m.query_start_loc.device),  # on tpu a host buffer (worker.py)
             block_table=whole_rows(m.block_table_tensor, rows),
             slot_mapping=m.slot_mapping,
             causal=m.causal,

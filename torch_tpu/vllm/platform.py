@@ -86,6 +86,10 @@ class TpuPlatform(Platform):
     def check_and_update_config(cls, vllm_config) -> None:
         from vllm.config import CompilationMode
 
+        if vllm_config.speculative_config is not None:
+            raise NotImplementedError(
+                "torch_tpu's vLLM platform: speculative decoding is not supported yet; leave speculative_config unset"
+            )
         parallel = vllm_config.parallel_config
         if parallel.worker_cls == "auto":
             parallel.worker_cls = "torch_tpu.vllm.worker.TpuWorker"

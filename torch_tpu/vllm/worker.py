@@ -4,7 +4,9 @@ What differs from CUDA: no CUDA graphs; vLLM's streams and events are tpu's
 (async scheduling works as on CUDA: the sampled tokens' copy to the host is
 started, not awaited); the KV cache is sized from the device's free memory
 after a profile run; in compiled mode every step's token count is padded up to
-a bucket compiled at start-up; slot mapping is plain aten ops instead of a
+a bucket compiled at start-up, and the step's index arithmetic (positions,
+sequence lengths) runs on the host, so no device program is shaped by the
+step's token or request count; slot mapping is plain aten ops instead of a
 Triton kernel.
 """
 
@@ -14,6 +16,7 @@ import gc
 import os
 import time
 
+import numpy as np
 import torch
 from vllm.config import CompilationMode, CUDAGraphMode
 from vllm.forward_context import BatchDescriptor
@@ -53,7 +56,7 @@ def compute_slot_mapping(
         raise NotImplementedError("torch_tpu's vLLM worker: context parallelism is not supported")
     table = block_table.view(-1, block_table_stride)
     starts = whole_rows(query_start_loc, table.shape[0] + 1)[1:]  # past the last request: its end, repeated
-    pos = whole_rows(positions, max_num_tokens)
+    pos = whole_rows(positions, max_num_tokens).to(table.device)  # on tpu the runner keeps positions on the host
     write = _write_slot_mapping_on_tpu if pos.device.type == "tpu" else _write_slot_mapping
     # The token count as a tensor: one program for every count.
     write(slot_mapping[:max_num_tokens], table, starts, pos, torch.tensor(num_tokens), KV_CACHE_BLOCK_SIZE, PAD_ID)
@@ -81,6 +84,15 @@ def _copy_whole_buffer(buffer, n=None):
     this copy."""
     buffer.gpu.copy_(buffer.cpu, non_blocking=True)
     return buffer.gpu if n is None else buffer.gpu[:n]
+
+
+def _merge_sampled_tokens(input_ids, sampled, index) -> None:
+    """input_ids[index[0]] = sampled[index[1], 0]: the previous step's sampled
+    tokens (still on the device) as the input of the requests that go on."""
+    input_ids.index_copy_(0, index[0], sampled[index[1], 0].to(input_ids.dtype))
+
+
+_merge_sampled_tokens_on_tpu = program(_merge_sampled_tokens)
 
 
 def allocate_kv_cache(kv_cache_config, device, layout, kernel_block_sizes=None) -> dict:
@@ -144,6 +156,60 @@ class TpuModelRunner(GPUModelRunner):
         # non_blocking upload may still read: a copy to tpu has read its host
         # memory when it returns, so there is nothing to wait for.
         self.prepare_inputs_event = None
+        # The step's index arithmetic (positions, sequence lengths, the padding
+        # mask) runs on the host, as in vLLM's CPU runner: vLLM computes it over
+        # slices of the step's token and request counts, which change every
+        # step, and on tpu each new shape is a program to compile. The device
+        # gets these buffers whole or cut to the token bucket (fixed shapes)
+        # where it reads them: slot mapping, attention metadata, the model.
+        for buffer in (self.req_indices, self.query_pos, self.num_scheduled_tokens):
+            buffer.gpu = buffer.cpu
+        for name in ("positions", "seq_lens", "num_computed_tokens", "is_padding"):
+            setattr(self, name, torch.zeros_like(getattr(self, name), device="cpu"))
+        self._device_positions = torch.zeros_like(self.positions, device=self.device)
+
+    def _prepare_input_ids(self, scheduler_output, num_reqs, total_num_scheduled_tokens, cu_num_tokens):
+        """vLLM's async-scheduling input ids in one program whatever the number of
+        requests that go on: the host's token ids (the whole buffer), then the
+        previous step's sampled tokens written over the last token of each
+        request that had one, by index pairs padded to max_num_seqs (repeats of
+        the first pair). vLLM's own version writes a slice or a scatter shaped by
+        that number: a program per request mix."""
+        # Rows past the step's tokens go to the device too (the whole buffer): the
+        # model reads them as padding, so they must hold a valid token id, not the
+        # -1 that async scheduling leaves on the host for a token not read back yet.
+        self.input_ids.np[total_num_scheduled_tokens:] = 0
+        sampled = self.input_batch.prev_sampled_token_ids
+        if sampled is None or self.enable_prompt_embeds or scheduler_output.scheduled_spec_decode_tokens:
+            return super()._prepare_input_ids(scheduler_output, num_reqs, total_num_scheduled_tokens, cu_num_tokens)
+        self.input_ids.copy_to_gpu()
+        previous = self.prev_positions.np[:num_reqs]
+        going_on = np.flatnonzero(previous >= 0)
+        if not len(going_on):
+            return
+        index = np.empty((2, self.max_num_reqs), dtype=np.int64)
+        index[0], index[1] = cu_num_tokens[going_on[0]] - 1, previous[going_on[0]]
+        index[0, : len(going_on)] = cu_num_tokens[going_on] - 1
+        index[1, : len(going_on)] = previous[going_on]
+        # A window of its own: its program's shapes depend on the previous step's request count only.
+        torch_tpu.mark_step()
+        _merge_sampled_tokens_on_tpu(self.input_ids.gpu, sampled, torch.from_numpy(index).to(self.device))
+        torch_tpu.mark_step()
+
+    def _get_slot_mappings(self, num_tokens_padded, num_reqs_padded, num_tokens_unpadded, *args, **kwargs):
+        # compute_slot_mapping already wrote PAD past the step's tokens; vLLM's fill
+        # of those rows would be a program per token count.
+        return super()._get_slot_mappings(num_tokens_padded, num_reqs_padded, num_tokens_padded, *args, **kwargs)
+
+    def _prepare_padding_mask(self, num_tokens_unpadded, num_tokens_padded):
+        return super()._prepare_padding_mask(num_tokens_unpadded, num_tokens_padded).to(self.device)
+
+    def _dummy_run(self, *args, **kwargs):
+        positions, self.positions = self.positions, self._device_positions  # it calls the model directly
+        try:
+            return super()._dummy_run(*args, **kwargs)
+        finally:
+            self.positions = positions
 
     def initialize_kv_cache_tensors(self, *args, **kwargs):
         vllm_allocate = runner_module.allocate_kv_cache
@@ -160,6 +226,8 @@ class TpuModelRunner(GPUModelRunner):
         # by the number of requests too) are windows of their own. In one window
         # the whole model would compile again for every bucket and request count.
         torch_tpu.mark_step()
+        if kwargs.get("positions") is not None:
+            kwargs["positions"] = kwargs["positions"].to(self.device)  # the token bucket's (host: see __init__)
         out = super()._model_forward(*args, **kwargs)
         torch_tpu.mark_step()
         return out
