@@ -825,11 +825,15 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
     flat_types.push_back({dtype, outs[k].shape});
   }
   std::vector<std::string> checks;
-  for (const auto& check : ctx.checks) {  // trailing bool[1] outputs
-    flat.push_back(b.reshape(check.ok, {1}));
-    flat_types.push_back({stablehlo::DType::Bool, {1}});
+  std::vector<stablehlo::Value> flags;
+  for (const auto& check : ctx.checks) {
+    flags.push_back(b.reshape(check.ok, {1}));
     checks.push_back(std::string(check.index_error ? "" : runtime::kRuntimeErrorCheck) + check.message + " (in " +
                      plan.name + " on tpu)");
+  }
+  if (!flags.empty()) {  // one trailing bool[k] output: see Program::checks
+    flat.push_back(flags.size() == 1 ? flags[0] : b.concatenate(flags, 0));
+    flat_types.push_back({stablehlo::DType::Bool, {static_cast<int64_t>(flags.size())}});
   }
   runtime::ProgramSpec spec(b.module(flat), flat_types, checks);
   layouts.resize(flat.size());
@@ -1056,15 +1060,16 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } catch (const std::exception& e) {
     TORCH_CHECK(false, e.what(), "\n  op: ", plan.name, " with inputs ", describe_inputs(inputs));
   }
-  const size_t num_results = results.size() - program->checks.size();
-  for (size_t j = 0; j < program->checks.size(); ++j) {
-    auto& flag = results[num_results + j];
+  const auto& checks = program->checks;
+  const size_t num_results = results.size() - (checks.empty() ? 0 : 1);
+  if (!checks.empty()) {
     if (runtime.mode() == runtime::EagerMode::Debug) {
-      bool ok = false;
-      runtime.download(*flag, &ok, 1);
-      if (!ok) raise_check(program->checks[j]);
+      std::unique_ptr<bool[]> ok(new bool[checks.size()]);
+      runtime.download(*results.back(), ok.get(), checks.size());
+      for (size_t j = 0; j < checks.size(); ++j)
+        if (!ok[j]) raise_check(checks[j]);
     } else {
-      runtime.defer_check(flag, program->checks[j]);
+      runtime.defer_check(results.back(), checks);
     }
   }
   results.resize(num_results);

@@ -266,9 +266,9 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       // A multi-device launch donates nothing: each rank's buffers stay its own.
       if (mutation.aliased && group.empty()) aliases.emplace_back(mutation.input, mutation.slot);
     }
-    for (const Value& f : flags) {
-      flat.push_back(f);
-      types.push_back(f.type);
+    if (!flags.empty()) {  // one trailing bool[k] output: see Program::checks
+      flat.push_back(flags.size() == 1 ? flags[0] : g.b.concatenate(flags, 0));
+      types.push_back(flat.back().type);
     }
     std::string mlir = g.b.module(flat, aliases);
     Runtime::get().count("compiled_graphs");
@@ -397,8 +397,8 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
   const auto& strides = graph.spec ? graph.spec->output_strides : graph.program->output_strides;
   for (const auto& m : graph.mutations) aten::write_dense(inputs[m.input], results.at(m.slot));
   if (donated) runtime.count("donated_buffers", donated);
-  const size_t n = results.size() - checks.size();
-  for (size_t j = 0; j < checks.size(); ++j) runtime.defer_check(results[n + j], checks[j]);
+  const size_t n = results.size() - (checks.empty() ? 0 : 1);
+  if (!checks.empty()) runtime.defer_check(results[n], checks);
   if (runtime.mode() == runtime::EagerMode::Debug) runtime.verify_checks();
   py::list out;
   for (int slot : graph.output_slots) {

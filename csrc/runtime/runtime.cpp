@@ -690,38 +690,41 @@ void Runtime::set_mode(EagerMode m) {
   mode_.store(m);
 }
 
-void Runtime::defer_check(pjrt::BufferPtr flag, std::string message) {
-  // A check of the op just recorded (Fused mode): where it was called from, if kept.
+void Runtime::defer_check(pjrt::BufferPtr flags, std::vector<std::string> messages) {
+  // The checks of the op just recorded (Fused mode): where it was called from, if kept.
   if (mode() == EagerMode::Fused)
-    if (std::string stack = window_->last_stack(); !stack.empty()) message += "\nCalled from:\n" + stack;
+    if (std::string stack = window_->last_stack(); !stack.empty())
+      for (auto& message : messages) message += "\nCalled from:\n" + stack;
   std::lock_guard<std::mutex> lock(mutex_);
-  deferred_checks_.emplace_back(std::move(flag), std::move(message));
+  deferred_checks_.push_back({std::move(flags), std::move(messages)});
   has_deferred_checks_ = true;
 }
 
 void Runtime::verify_checks(uint64_t upto) {
   if (!has_deferred_checks_.load()) return;
-  std::vector<std::pair<pjrt::BufferPtr, std::string>> checks;
+  std::vector<DeferredCheck> checks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // A host read verifies the checks launched no later than the value it reads,
     // as a CUDA stream's would: waiting for later launches (a flag still in the
     // window, or launched after) would undo the overlap of host and device work.
     const auto later = std::stable_partition(deferred_checks_.begin(), deferred_checks_.end(), [&](const auto& c) {
-      return upto == pjrt::Buffer::kUnknownLaunch || (!c.first->is_placeholder() && c.first->launch() <= upto);
+      return upto == pjrt::Buffer::kUnknownLaunch || (!c.flags->is_placeholder() && c.flags->launch() <= upto);
     });
     checks.assign(std::make_move_iterator(deferred_checks_.begin()), std::make_move_iterator(later));
     deferred_checks_.erase(deferred_checks_.begin(), later);
     has_deferred_checks_ = !deferred_checks_.empty();
   }
-  // Every flag's copy started first, then awaited: one wait, not one per check.
-  std::unique_ptr<bool[]> ok(new bool[checks.size()]);
+  // Every program's flags copied at once (one copy each), then awaited: one wait.
+  size_t total = 0;
+  for (const auto& c : checks) total += c.messages.size();
+  std::unique_ptr<bool[]> ok(new bool[total]);
   std::vector<std::unique_ptr<pjrt::Event>> copies;
   std::exception_ptr error;
   try {
-    for (size_t i = 0; i < checks.size(); ++i) {
-      resolve(*checks[i].first);
-      copies.push_back(checks[i].first->to_host_async(&ok[i], 1));
+    for (size_t i = 0, at = 0; i < checks.size(); at += checks[i].messages.size(), ++i) {
+      resolve(*checks[i].flags);
+      copies.push_back(checks[i].flags->to_host_async(&ok[at], checks[i].messages.size()));
     }
   } catch (...) {
     error = std::current_exception();
@@ -735,8 +738,9 @@ void Runtime::verify_checks(uint64_t upto) {
   }
   count("transfers_to_host", static_cast<int64_t>(copies.size()));
   if (error) std::rethrow_exception(error);
-  for (size_t i = 0; i < checks.size(); ++i)
-    if (!ok[i]) throw DeviceCheckFailed(checks[i].second);
+  for (size_t i = 0, at = 0; i < checks.size(); at += checks[i].messages.size(), ++i)
+    for (size_t j = 0; j < checks[i].messages.size(); ++j)
+      if (!ok[at + j]) throw DeviceCheckFailed(checks[i].messages[j]);
 }
 
 std::shared_ptr<Runtime::Launched> Runtime::launched(int device) {

@@ -64,8 +64,9 @@ struct Program : std::enable_shared_from_this<Program> {
   // runs on whichever device a launch names.
   std::vector<int> devices;
   std::string disk_key;  // of the executable in the disk cache
-  // The last checks.size() outputs are bool[1] flags that must be true; each
-  // names what it checks ("index out of range in self"), like CUDA's device asserts.
+  // With checks, the last output is bool[checks.size()]: flags that must be
+  // true, entry i named by checks[i] ("index out of range in self"), like
+  // CUDA's device asserts. One output, so one copy to verify them all.
   std::vector<std::string> checks;
   int64_t output_bytes = 0;  // checked against the device's free capacity before each run
 
@@ -223,8 +224,9 @@ class Runtime {
   // Waits for everything launched on `device` so far; raises the first device
   // error, or DeviceCheckFailed for a failed deferred check.
   void synchronize(int device);
-  // A check flag to verify at the next synchronize or host read (Strict mode).
-  void defer_check(pjrt::BufferPtr flag, std::string message);
+  // A program's check flags (its last output, see Program::checks) to verify
+  // at the next synchronize or host read (Strict and Fused modes).
+  void defer_check(pjrt::BufferPtr flags, std::vector<std::string> messages);
   // Verifies the deferred checks of launches up to `upto` (by default all, the
   // fused window flushed); throws DeviceCheckFailed naming the first that
   // failed. Later ones stay deferred.
@@ -332,7 +334,11 @@ class Runtime {
   void mark_done(const std::vector<std::shared_ptr<Launched>>& chain);
   Launched to_wait_for(const std::shared_ptr<Launched>& work, std::vector<std::shared_ptr<Launched>>* chain);
   std::vector<std::vector<std::shared_ptr<HostCopy>>> host_copies_;  // per device, since its last synchronize
-  std::vector<std::pair<pjrt::BufferPtr, std::string>> deferred_checks_;
+  struct DeferredCheck {
+    pjrt::BufferPtr flags;  // bool[messages.size()]
+    std::vector<std::string> messages;
+  };
+  std::vector<DeferredCheck> deferred_checks_;
   std::atomic<bool> has_deferred_checks_{false};
 };
 

@@ -463,3 +463,21 @@ print(f(torch.ones(3).to("tpu")).cpu().tolist())  # the process stays usable
     out = run_python(code, TORCH_TPU_MEMORY_LIMIT="10000000")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["OutOfMemoryError True", str([2.0] * 12)]
+
+
+def test_a_failed_check_in_a_compiled_graph_names_its_op():
+    # A graph's checks come back as one flag array: the failing entry picks the
+    # error class and message (IndexError for x[i], RuntimeError for gather), as CPU raises them.
+    @torch.compile(backend="tpu")
+    def f(x, i, j):
+        return x[i] + torch.gather(x, 0, j)
+
+    x = torch.arange(8.0, device="tpu")
+    i, j = torch.tensor([1, 2], device="tpu"), torch.tensor([3, 4], device="tpu")
+    assert f(x, i, j).cpu().tolist() == [4.0, 6.0]
+    with pytest.raises(RuntimeError, match="gather") as e:
+        f(x, i, torch.tensor([3, 9], device="tpu")).cpu()
+    assert e.type is RuntimeError
+    with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 8.*aten::index"):
+        f(x, torch.tensor([1, 8], device="tpu"), j).cpu()
+    assert f(x, i, j).cpu().tolist() == [4.0, 6.0]  # the process goes on
