@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from vllm.config import CompilationMode, CUDAGraphMode
 from vllm.forward_context import BatchDescriptor
 from vllm.logger import init_logger
@@ -167,34 +168,50 @@ class TpuModelRunner(GPUModelRunner):
         for name in ("positions", "seq_lens", "num_computed_tokens", "is_padding"):
             setattr(self, name, torch.zeros_like(getattr(self, name), device="cpu"))
         self._device_positions = torch.zeros_like(self.positions, device=self.device)
+        # Input ids get a scratch row past the last token (the merge's padding
+        # writes there), and the sampled tokens are kept padded to max_num_seqs
+        # rows (_sample; the merge reads them whole): its shapes never change.
+        self.input_ids = self._make_buffer(self.max_num_tokens + 1, dtype=torch.int32)
+        self._sampled_rows = torch.zeros((self.max_num_reqs, 1), dtype=torch.int32, device=self.device)
+        self._sampled = None  # the view of _sampled_rows that _sample returned last
 
     def _prepare_input_ids(self, scheduler_output, num_reqs, total_num_scheduled_tokens, cu_num_tokens):
-        """vLLM's async-scheduling input ids in one program whatever the number of
-        requests that go on: the host's token ids (the whole buffer), then the
-        previous step's sampled tokens written over the last token of each
-        request that had one, by index pairs padded to max_num_seqs (repeats of
-        the first pair). vLLM's own version writes a slice or a scatter shaped by
-        that number: a program per request mix."""
-        # Rows past the step's tokens go to the device too (the whole buffer): the
-        # model reads them as padding, so they must hold a valid token id, not the
-        # -1 that async scheduling leaves on the host for a token not read back yet.
+        """vLLM's input ids in one program of fixed shapes, whatever the number of
+        requests that go on from the previous step (vLLM's own version writes a
+        slice or a scatter shaped by that number: a program per request mix):
+        the host's token ids (the whole buffer), then the previous step's
+        sampled tokens, still on the device, written over the last token of each
+        request that goes on, by index pairs padded to max_num_seqs with pairs
+        that write the scratch row. Run every step, so the preparation window
+        holds the same programs whether requests go on or not."""
+        # Rows past the step's tokens go to the device too: the model reads them
+        # as padding, so they must hold a valid token id, not the -1 that async
+        # scheduling leaves on the host for a token not read back yet.
         self.input_ids.np[total_num_scheduled_tokens:] = 0
         sampled = self.input_batch.prev_sampled_token_ids
-        if sampled is None or self.enable_prompt_embeds or scheduler_output.scheduled_spec_decode_tokens:
+        ours = sampled is None or sampled is self._sampled
+        if not ours or self.enable_prompt_embeds or scheduler_output.scheduled_spec_decode_tokens:
             return super()._prepare_input_ids(scheduler_output, num_reqs, total_num_scheduled_tokens, cu_num_tokens)
         self.input_ids.copy_to_gpu()
-        previous = self.prev_positions.np[:num_reqs]
-        going_on = np.flatnonzero(previous >= 0)
-        if not len(going_on):
-            return
-        index = np.empty((2, self.max_num_reqs), dtype=np.int64)
-        index[0], index[1] = cu_num_tokens[going_on[0]] - 1, previous[going_on[0]]
-        index[0, : len(going_on)] = cu_num_tokens[going_on] - 1
-        index[1, : len(going_on)] = previous[going_on]
-        # A window of its own: its program's shapes depend on the previous step's request count only.
-        torch_tpu.mark_step()
-        _merge_sampled_tokens_on_tpu(self.input_ids.gpu, sampled, torch.from_numpy(index).to(self.device))
-        torch_tpu.mark_step()
+        index = np.zeros((2, self.max_num_reqs), dtype=np.int64)
+        index[0] = self.max_num_tokens  # the scratch row
+        if sampled is not None:
+            previous = self.prev_positions.np[:num_reqs]
+            going_on = np.flatnonzero(previous >= 0)
+            index[0, : len(going_on)] = cu_num_tokens[going_on] - 1
+            index[1, : len(going_on)] = previous[going_on]
+        _merge_sampled_tokens_on_tpu(self.input_ids.gpu, self._sampled_rows, torch.from_numpy(index).to(self.device))
+
+    def _sample(self, logits, spec_decode_metadata):
+        out = super()._sample(logits, spec_decode_metadata)
+        ids = out.sampled_token_ids
+        if spec_decode_metadata is None and ids.shape[-1] == 1:  # see _prepare_input_ids
+            # A new tensor each step, not a write into the last one: whether a
+            # write could donate that buffer would depend on whether its copy to
+            # the host is done, and the window's program with it.
+            self._sampled_rows = F.pad(ids, (0, 0, 0, self.max_num_reqs - ids.shape[0]))
+            out.sampled_token_ids = self._sampled = self._sampled_rows[: ids.shape[0]]
+        return out
 
     def _get_slot_mappings(self, num_tokens_padded, num_reqs_padded, num_tokens_unpadded, *args, **kwargs):
         # compute_slot_mapping already wrote PAD past the step's tokens; vLLM's fill
