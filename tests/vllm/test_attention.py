@@ -6,7 +6,7 @@ import torch
 
 import torch_tpu  # noqa: F401 (the tpu device)
 from torch_tpu._compile import program
-from torch_tpu.vllm.attention import _attention, cache_rows, query_bucket
+from torch_tpu.vllm.attention import _attention, _write_and_attend, _write_and_attend_on_tpu, cache_rows, query_bucket
 from torch_tpu.vllm.worker import warm_up_prompt_lengths
 
 BLOCKS, BLOCK, KV_HEADS, HEADS, HEAD = 64, 4, 2, 4, 8
@@ -76,6 +76,48 @@ def test_paged_attention_matches_a_per_token_reference(tokens, query_lens, conte
     real = int(query_start_loc[n])
     torch.testing.assert_close(got[:real], expected[:real], rtol=1e-5, atol=1e-5)
     assert torch.isfinite(got).all(), "padding tokens get finite rows"
+
+
+def test_a_layer_step_writes_the_cache_and_attends_in_place_on_tpu():
+    """The layer's step (KV write by slot mapping, then attention into the given
+    output) as one tpu program: the cache and the output are written in place,
+    as on CPU; padding tokens (slot -1) write to the reserved slot 0."""
+    g = torch.Generator().manual_seed(7)
+    tokens, query_lens, context = 8, [3, 1, 2], [4, 9, 0]
+    kv_cache = torch.randn(BLOCKS, BLOCK, KV_HEADS, 2 * HEAD, generator=g).permute(0, 2, 1, 3)  # LBNHC
+    block_table = torch.randperm(BLOCKS - 1, generator=g)[: REQUESTS * PER_REQUEST].view(REQUESTS, PER_REQUEST) + 1
+    n = len(query_lens)
+    query_start_loc = torch.zeros(REQUESTS + 1, dtype=torch.int32)
+    query_start_loc[1 : n + 1] = torch.tensor(query_lens).cumsum(0)
+    query_start_loc[n + 1 :] = query_start_loc[n]
+    seq_lens = torch.zeros(REQUESTS, dtype=torch.int32)
+    seq_lens[:n] = torch.tensor(query_lens) + torch.tensor(context)
+    slot_mapping = torch.full((16,), -1, dtype=torch.int64)  # the runner's whole buffer: PAD past the tokens
+    t = 0
+    for r, (q, c) in enumerate(zip(query_lens, context, strict=True)):
+        for p in range(c, c + q):
+            slot_mapping[t] = int(block_table[r, p // BLOCK]) * BLOCK + p % BLOCK
+            t += 1
+    query = torch.randn(tokens, HEADS, HEAD, generator=g)
+    key, value = torch.randn(2, tokens, KV_HEADS, HEAD, generator=g)
+    args = (BLOCK, block_table.int(), seq_lens, query_start_loc, query_bucket(max(query_lens), tokens), 0.3, 0, 0.0)
+
+    cpu_cache, cpu_out = kv_cache.clone(), torch.zeros(tokens, HEADS, HEAD)
+    _write_and_attend(cache_rows(cpu_cache), slot_mapping, key, value, query, cpu_out, *args)
+    tpu_cache, tpu_out = kv_cache.to("tpu"), torch.zeros(tokens, HEADS, HEAD, device="tpu")
+    tpu = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in (slot_mapping, key, value, query, *args)]
+    _write_and_attend_on_tpu(cache_rows(tpu_cache), *tpu[:4], tpu_out, *tpu[4:])
+
+    written = slot_mapping[:t]
+    rows = cache_rows(cpu_cache)
+    torch.testing.assert_close(rows[written], torch.cat([key, value], -1)[:t])  # the step's tokens, in their slots
+    expected = reference(query, cpu_cache, block_table, seq_lens, query_start_loc, 0.3, 0, 0.0)
+    torch.testing.assert_close(cpu_out[:t], expected[:t], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(tpu_cache.cpu(), cpu_cache, rtol=0, atol=0)
+    torch.testing.assert_close(tpu_out.cpu(), cpu_out, rtol=1e-5, atol=1e-5)
+    # A layer that reads an earlier layer's cache (KV sharing) calls the custom op.
+    shared = torch.ops.torch_tpu.paged_attention(tpu[3], tpu_cache, *tpu[5:])
+    torch.testing.assert_close(shared.cpu(), cpu_out, rtol=1e-5, atol=1e-5)
 
 
 def test_query_bucket():

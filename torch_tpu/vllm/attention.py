@@ -149,22 +149,24 @@ def _(query, kv_cache, block_table, seq_lens, query_start_loc, max_query, scale,
 
 
 def _write_rows(rows: torch.Tensor, slot_mapping: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    """Writes each token's key and value into its slot; padding tokens (slot -1)
+    write to slot 0, in block 0, which vLLM reserves and never reads."""
     slots = slot_mapping[: key.shape[0]].long().clamp(min=0)
     rows.index_copy_(0, slots, torch.cat([key, value], dim=-1).to(rows.dtype))
 
 
-# On tpu one program per bucket that overwrites the cache in place (its buffer is
-# donated): an eager index_copy_ would copy the layer's whole cache every step.
-_write_rows_on_tpu = program(_write_rows)
+def _write_and_attend(rows, slot_mapping, key, value, query, output, *attention_args) -> None:
+    """A layer's attention step: its tokens' keys and values into the cache rows,
+    then attention over them into `output`."""
+    _write_rows(rows, slot_mapping, key, value)
+    output.copy_(_attention(query, rows, *attention_args))
 
 
-def write_kv_cache(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
-    """Writes each token's key and value into its slot; padding tokens (slot -1)
-    write to slot 0, in block 0, which vLLM reserves and never reads."""
-    rows = cache_rows(kv_cache)
-    kv_heads = rows.shape[1]
-    write = _write_rows_on_tpu if rows.device.type == "tpu" else _write_rows
-    write(rows, slot_mapping, key.view(key.shape[0], kv_heads, -1), value.view(value.shape[0], kv_heads, -1))
+# On tpu the layer's step is one program that overwrites the cache in place (its
+# buffer donated; an eager index_copy_ would copy the layer's whole cache every
+# step): one launch instead of a KV write, attention and a copy, and one call
+# from vLLM's attention layer instead of two (forward_includes_kv_cache_update).
+_write_and_attend_on_tpu = program(_write_and_attend)
 
 
 @dataclass
@@ -214,7 +216,7 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
 class TpuAttentionBackend(AttentionBackend):
     supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
     supported_kv_cache_dtypes: ClassVar[list] = ["auto", "float16", "bfloat16", "float32"]
-    forward_includes_kv_cache_update: bool = False  # do_kv_cache_update writes, forward reads
+    forward_includes_kv_cache_update: bool = True  # forward writes the step's keys and values, then reads
 
     @staticmethod
     def get_name() -> str:
@@ -242,7 +244,7 @@ class TpuAttentionBackend(AttentionBackend):
 
     @classmethod
     def supported_kv_cache_layouts(cls) -> tuple:
-        return (KVCacheLayout.LBNHC,)  # a slot's row is contiguous: write_kv_cache views it
+        return (KVCacheLayout.LBNHC,)  # a slot's row is contiguous: cache_rows views it
 
 
 class TpuAttentionImpl(AttentionImpl):
@@ -271,9 +273,7 @@ class TpuAttentionImpl(AttentionImpl):
         self.sliding_window = int(sliding_window or 0)
         self.soft_cap = float(logits_soft_cap or 0)
         self.kv_cache_dtype = kv_cache_dtype
-
-    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
-        write_kv_cache(key, value, kv_cache, slot_mapping)
+        self.writes_kv_cache = kv_sharing_target_layer_name is None  # else an earlier layer wrote it
 
     def forward(
         self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None
@@ -282,16 +282,16 @@ class TpuAttentionImpl(AttentionImpl):
             return output
         m = attn_metadata
         tokens = query.shape[0]
-        out = torch.ops.torch_tpu.paged_attention(
-            query.view(tokens, self.num_heads, self.head_size),
-            kv_cache,
-            m.block_table,
-            m.seq_lens,
-            m.query_start_loc,
-            query_bucket(m.max_query_len, tokens),
-            self.scale,
-            self.sliding_window,
-            self.soft_cap,
-        )
-        output.view(tokens, self.num_heads, self.head_size).copy_(out)
+        query = query.view(tokens, self.num_heads, self.head_size)
+        out = output.view(tokens, self.num_heads, self.head_size)
+        block_size = kv_cache.shape[2]
+        args = (m.block_table, m.seq_lens, m.query_start_loc, query_bucket(m.max_query_len, tokens))
+        args += (self.scale, self.sliding_window, self.soft_cap)
+        if not self.writes_kv_cache or key is None or value is None:
+            out.copy_(torch.ops.torch_tpu.paged_attention(query, kv_cache, *args))
+            return output
+        rows = cache_rows(kv_cache)
+        key, value = key.view(tokens, self.num_kv_heads, -1), value.view(tokens, self.num_kv_heads, -1)
+        step = _write_and_attend_on_tpu if query.device.type == "tpu" else _write_and_attend
+        step(rows, m.slot_mapping, key, value, query, out, block_size, *args)
         return output

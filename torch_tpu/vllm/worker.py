@@ -214,9 +214,12 @@ class TpuModelRunner(GPUModelRunner):
         return out
 
     def _get_slot_mappings(self, num_tokens_padded, num_reqs_padded, num_tokens_unpadded, *args, **kwargs):
-        # compute_slot_mapping already wrote PAD past the step's tokens; vLLM's fill
-        # of those rows would be a program per token count.
-        return super()._get_slot_mappings(num_tokens_padded, num_reqs_padded, num_tokens_padded, *args, **kwargs)
+        # The whole buffer, whatever the step's token count (vLLM slices it to the
+        # count, a new shape for every count): compute_slot_mapping already wrote
+        # PAD past the step's tokens (vLLM's fill of those rows would be a program
+        # per count), and attention reads the rows of its token bucket.
+        rows = self.max_num_tokens
+        return super()._get_slot_mappings(rows, num_reqs_padded, rows, *args, **kwargs)
 
     def _prepare_padding_mask(self, num_tokens_unpadded, num_tokens_padded):
         return super()._prepare_padding_mask(num_tokens_unpadded, num_tokens_padded).to(self.device)
