@@ -50,10 +50,11 @@ Value from_both_ends(Builder& b, const Value& start, const Value& end, const Val
   Value i = b.iota(index, 0);
   Value back = b.binary(stablehlo::Binary::Subtract, b.constant_int(steps - 1, index), i);
   Value step_v = b.broadcast_to(step, shape);
+  // Each product rounded before it is added, as on CPU (not fused into an FMA).
   Value low = b.binary(stablehlo::Binary::Add, b.broadcast_to(start, shape),
-                       b.binary(stablehlo::Binary::Multiply, step_v, b.convert(i, t)));
+                       b.rounded(b.binary(stablehlo::Binary::Multiply, step_v, b.convert(i, t))));
   Value high = b.binary(stablehlo::Binary::Subtract, b.broadcast_to(end, shape),
-                        b.binary(stablehlo::Binary::Multiply, step_v, b.convert(back, t)));
+                        b.rounded(b.binary(stablehlo::Binary::Multiply, step_v, b.convert(back, t))));
   return b.select(b.compare(stablehlo::Compare::LT, i, b.constant_int(steps / 2, index)), low, high);
 }
 

@@ -413,6 +413,8 @@ Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
   return emit("clamp", {lo, x, hi}, "", x.type);
 }
 
+Value Builder::rounded(const Value& x) { return emit("optimization_barrier", {x}, "", x.type); }
+
 Value Builder::convert(const Value& x, DType to) {
   if (x.dtype() == to) return x;
   // XLA converts neither complex to real nor integers to complex: through the parts.

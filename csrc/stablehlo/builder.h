@@ -186,6 +186,10 @@ class Builder {
   Value compare(Compare dir, const Value& a, const Value& b);
   Value select(const Value& pred, const Value& on_true, const Value& on_false);
   Value clamp(const Value& lo, const Value& x, const Value& hi);
+  // `x` as it is, behind an optimization barrier: XLA's CPU backend always lets
+  // LLVM fuse a multiply into the add that reads it (one rounding, where
+  // PyTorch rounds the product, then the sum); a barrier keeps them apart.
+  Value rounded(const Value& x);
   // A complex value converted to a real dtype keeps its real part (as PyTorch's casts do).
   Value convert(const Value& x, DType to);
   // The discrete Fourier transform over the innermost `length.size()` (1 to 3)
