@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <stdexcept>
 
@@ -150,11 +151,22 @@ void FusedWindow::flush(const char* reason) {
   flush_locked(reason);
 }
 
+bool FusedWindow::add_check(const pjrt::BufferPtr& flags, std::vector<std::string>& messages) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int v = value_index(*flags);
+  if (v < 0) return false;
+  key_ += 'c';
+  append_int(key_, static_cast<uint64_t>(v));
+  checks_.push_back({v, std::move(messages)});
+  return true;
+}
+
 const std::string& FusedWindow::value_type(int v) {
   return signature(*calls_[values_[v].call].program).results.at(values_[v].output);
 }
 
-std::string FusedWindow::module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases) {
+std::string FusedWindow::module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases,
+                                     bool with_checks) {
   // Functions are named by first use (@f0, @f1, ...), not by program ids: the
   // text, the disk cache's key, is then the same in every process.
   std::unordered_map<uint64_t, std::string> names;
@@ -194,6 +206,20 @@ std::string FusedWindow::module_text(const std::vector<int>& live, const std::ve
     result_names.push_back(value_name(v));
     results.push_back(value_type(v));
   }
+  if (with_checks) {  // every op's check flags (1-D bools) as one array
+    std::vector<std::string> names, types;
+    int64_t total = 0;
+    for (const Check& c : checks_) {
+      names.push_back(value_name(c.value));
+      types.push_back(value_type(c.value));
+      total += static_cast<int64_t>(c.messages.size());
+    }
+    const std::string type = "tensor<" + std::to_string(total) + "xi1>";
+    body += "    %checks = \"stablehlo.concatenate\"(" + join(names) + ") {dimension = 0 : i64} : (" + join(types) +
+            ") -> " + type + "\n";
+    result_names.push_back("%checks");
+    results.push_back(type);
+  }
   return "module @torch_tpu {\n" + functions + "  func.func public @main(" + join(params) + ") -> (" + join(results) +
          ") {\n" + body + "    \"func.return\"(" + join(result_names) + ") : (" + join(results) + ") -> ()\n  }\n}\n";
 }
@@ -232,7 +258,7 @@ void FusedWindow::flush_locked(const char* reason) {
     }
   }
   const int64_t ops = static_cast<int64_t>(calls_.size());
-  if (live.empty()) {  // nothing recorded is still wanted: nothing to run
+  if (live.empty() && checks_.empty()) {  // nothing recorded is still wanted: nothing to run
     runtime_.count("fused_dead_windows");
     clear();
     return;
@@ -247,7 +273,7 @@ void FusedWindow::flush_locked(const char* reason) {
     append_int(key, static_cast<uint64_t>(v));
     key += ',';
   }
-  const auto aliases = donations(live);
+  const auto aliases = donations(live);  // (the checks array, last, is no input's type: never aliased)
   key += "|a";
   for (auto [input, output] : aliases) {
     append_int(key, static_cast<uint64_t>(input));
@@ -268,7 +294,13 @@ void FusedWindow::flush_locked(const char* reason) {
             const TensorType& t = calls_[value.call].program->outputs.at(value.output);
             types.push_back({t.dtype, {t.numel()}});
           }
-          return ProgramSpec(module_text(live, aliases), types);
+          if (!checks_.empty()) {
+            const Value& first = values_[checks_.front().value];
+            int64_t total = 0;
+            for (const Check& c : checks_) total += static_cast<int64_t>(c.messages.size());
+            types.push_back({calls_[first.call].program->outputs.at(first.output).dtype, {total}});
+          }
+          return ProgramSpec(module_text(live, aliases, !checks_.empty()), types);
         },
         /*indexed=*/false);
     if (built) {
@@ -299,6 +331,11 @@ void FusedWindow::flush_locked(const char* reason) {
     return;
   }
   for (size_t i = 0; i < live.size(); ++i) holders[i]->fill_from(*results[i]);
+  if (!checks_.empty()) {
+    std::vector<std::string> messages;
+    for (Check& c : checks_) std::move(c.messages.begin(), c.messages.end(), std::back_inserter(messages));
+    runtime_.queue_check(results.back(), std::move(messages));
+  }
   clear();
 }
 
@@ -364,6 +401,8 @@ void FusedWindow::replay(const std::vector<int>& live, const std::vector<pjrt::B
   };
   for (size_t i = 0; i < live.size(); ++i)
     if (auto value = resolved(live[i])) holders[i]->fill_from(*value);
+  for (Check& c : checks_)  // the checks of the ops that ran
+    if (values[c.value]) runtime_.queue_check(values[c.value], std::move(c.messages));
   runtime_.count("fused_replays");
   if (!failure.empty()) throw std::runtime_error(failure);
   static bool warned = false;
@@ -379,6 +418,7 @@ void FusedWindow::replay(const std::vector<int>& live, const std::vector<pjrt::B
 void FusedWindow::clear() {
   calls_.clear();
   values_.clear();
+  checks_.clear();
   inputs_.clear();
   input_index_.clear();
   input_first_use_.clear();

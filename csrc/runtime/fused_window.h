@@ -27,6 +27,10 @@ class FusedWindow {
                                       const char* what);
   // Runs the window as one program and fills the placeholders still held.
   void flush(const char* reason);
+  // Takes the check flags of an op recorded in this window (a placeholder it
+  // made): at the flush every such op's flags leave the window as one array,
+  // verified with one copy to the host. False when `flags` is not the window's.
+  bool add_check(const pjrt::BufferPtr& flags, std::vector<std::string>& messages);
   // `now`, a placeholder of this window, is the new value of a storage that
   // held `before`: if the op computing `now` fails at the flush, the storage
   // keeps `before`, as in Strict mode where the failing op raises and writes nothing.
@@ -53,6 +57,10 @@ class FusedWindow {
     std::weak_ptr<pjrt::Buffer> placeholder;
     int call, output;
   };
+  struct Check {
+    int value;  // a bool[messages.size()] value
+    std::vector<std::string> messages;
+  };
 
   // A recorded program's main: parameter and result types, and its text from
   // the parameter list on (what a window's function of it is made of).
@@ -66,7 +74,8 @@ class FusedWindow {
   const Signature& signature(const Program& program);
   const std::string& value_type(int v);
   std::vector<std::pair<int, int>> donations(const std::vector<int>& live);
-  std::string module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases);
+  std::string module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases,
+                          bool with_checks);
   // Runs the calls one program at a time (after the window failed as a
   // whole). A call that fails fails alone: the calls before it and those
   // that do not read its results still fill their values, a storage it wrote
@@ -84,6 +93,7 @@ class FusedWindow {
   int device_ = 0;
   std::vector<Call> calls_;
   std::vector<Value> values_;
+  std::vector<Check> checks_;  // their flags: the program's last output, one array
   std::vector<pjrt::BufferPtr> inputs_;
   std::unordered_map<PJRT_Buffer*, int> input_index_;
   std::vector<std::pair<int, int>> input_first_use_;   // (call, argument): where its type is declared

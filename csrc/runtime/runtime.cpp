@@ -691,10 +691,16 @@ void Runtime::set_mode(EagerMode m) {
 }
 
 void Runtime::defer_check(pjrt::BufferPtr flags, std::vector<std::string> messages) {
-  // The checks of the op just recorded (Fused mode): where it was called from, if kept.
-  if (mode() == EagerMode::Fused)
+  if (mode() == EagerMode::Fused) {
+    // The checks of the op just recorded: where it was called from, if kept.
     if (std::string stack = window_->last_stack(); !stack.empty())
       for (auto& message : messages) message += "\nCalled from:\n" + stack;
+    if (window_->add_check(flags, messages)) return;
+  }
+  queue_check(std::move(flags), std::move(messages));
+}
+
+void Runtime::queue_check(pjrt::BufferPtr flags, std::vector<std::string> messages) {
   std::lock_guard<std::mutex> lock(mutex_);
   deferred_checks_.push_back({std::move(flags), std::move(messages)});
   has_deferred_checks_ = true;

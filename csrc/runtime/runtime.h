@@ -227,6 +227,8 @@ class Runtime {
   // A program's check flags (its last output, see Program::checks) to verify
   // at the next synchronize or host read (Strict and Fused modes).
   void defer_check(pjrt::BufferPtr flags, std::vector<std::string> messages);
+  // Queues flags that are (or will be) a launched program's output as they are.
+  void queue_check(pjrt::BufferPtr flags, std::vector<std::string> messages);
   // Verifies the deferred checks of launches up to `upto` (by default all, the
   // fused window flushed); throws DeviceCheckFailed naming the first that
   // failed. Later ones stay deferred.

@@ -152,6 +152,21 @@ print("usable:", (x.sum() * 0).item())
     assert "usable: 0.0" in r.stdout
 
 
+def test_a_windows_checks_leave_it_as_one_array_and_name_the_op_that_failed(fused):
+    x = torch.randn(4, 3, device="tpu")
+    ok, bad = torch.tensor([0, 3], device="tpu"), torch.tensor([1, 9], device="tpu")
+    expected = (x.cpu()[[0, 3]] * 3).sum()
+    before = torch_tpu.metrics()
+    y = (x[ok] + torch.index_select(x, 0, ok) + F.embedding(ok, x)).sum()  # three ops with bounds checks
+    torch.testing.assert_close(y.cpu(), expected)
+    assert delta(before, "fused_flushes") == 1
+    assert delta(before, "transfers_to_host") == 2  # the value, and the three ops' check flags in one copy
+    z = x[ok] + torch.index_select(x, 0, bad) * 2  # the second checked op of the window fails
+    with pytest.raises(IndexError, match="aten::index_select"):
+        z.cpu()
+    assert (x.sum() * 0).item() == 0  # the process stays usable
+
+
 class MLP(torch.nn.Module):
     def __init__(self):
         super().__init__()
