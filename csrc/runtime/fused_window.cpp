@@ -273,7 +273,7 @@ void FusedWindow::flush_locked(const char* reason) {
     append_int(key, static_cast<uint64_t>(v));
     key += ',';
   }
-  const auto aliases = donations(live);  // (the checks array, last, is no input's type: never aliased)
+  const auto aliases = donations(live);  // among `live` only: the checks array, after them, is never donated to
   key += "|a";
   for (auto [input, output] : aliases) {
     append_int(key, static_cast<uint64_t>(input));
