@@ -86,11 +86,6 @@ std::function<std::string()>& stack_provider() {
 
 void FusedWindow::set_stack_provider(std::function<std::string()> provider) { stack_provider() = std::move(provider); }
 
-std::string FusedWindow::last_stack() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return calls_.empty() ? std::string() : calls_.back().stack;
-}
-
 bool FusedWindow::empty() {
   std::lock_guard<std::mutex> lock(mutex_);
   return calls_.empty();
@@ -155,6 +150,9 @@ bool FusedWindow::add_check(const pjrt::BufferPtr& flags, std::vector<std::strin
   std::lock_guard<std::mutex> lock(mutex_);
   const int v = value_index(*flags);
   if (v < 0) return false;
+  // The op just recorded made them: where it was called from, if kept.
+  if (const std::string& stack = calls_.back().stack; !stack.empty())
+    for (auto& message : messages) message += "\nCalled from:\n" + stack;
   key_ += 'c';
   append_int(key_, static_cast<uint64_t>(v));
   checks_.push_back({v, std::move(messages)});
@@ -208,13 +206,11 @@ std::string FusedWindow::module_text(const std::vector<int>& live, const std::ve
   }
   if (with_checks) {  // every op's check flags (1-D bools) as one array
     std::vector<std::string> names, types;
-    int64_t total = 0;
     for (const Check& c : checks_) {
       names.push_back(value_name(c.value));
       types.push_back(value_type(c.value));
-      total += static_cast<int64_t>(c.messages.size());
     }
-    const std::string type = "tensor<" + std::to_string(total) + "xi1>";
+    const std::string type = "tensor<" + std::to_string(check_count()) + "xi1>";
     body += "    %checks = \"stablehlo.concatenate\"(" + join(names) + ") {dimension = 0 : i64} : (" + join(types) +
             ") -> " + type + "\n";
     result_names.push_back("%checks");
@@ -294,12 +290,7 @@ void FusedWindow::flush_locked(const char* reason) {
             const TensorType& t = calls_[value.call].program->outputs.at(value.output);
             types.push_back({t.dtype, {t.numel()}});
           }
-          if (!checks_.empty()) {
-            const Value& first = values_[checks_.front().value];
-            int64_t total = 0;
-            for (const Check& c : checks_) total += static_cast<int64_t>(c.messages.size());
-            types.push_back({calls_[first.call].program->outputs.at(first.output).dtype, {total}});
-          }
+          if (!checks_.empty()) types.push_back({DType::Bool, {check_count()}});
           return ProgramSpec(module_text(live, aliases, !checks_.empty()), types);
         },
         /*indexed=*/false);
@@ -337,6 +328,12 @@ void FusedWindow::flush_locked(const char* reason) {
     runtime_.queue_check(results.back(), std::move(messages));
   }
   clear();
+}
+
+int64_t FusedWindow::check_count() const {
+  int64_t n = 0;
+  for (const Check& c : checks_) n += static_cast<int64_t>(c.messages.size());
+  return n;
 }
 
 // The program ids in order: what a recompile of the same ops shares.

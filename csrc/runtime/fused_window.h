@@ -29,15 +29,14 @@ class FusedWindow {
   void flush(const char* reason);
   // Takes the check flags of an op recorded in this window (a placeholder it
   // made): at the flush every such op's flags leave the window as one array,
-  // verified with one copy to the host. False when `flags` is not the window's.
+  // verified with one copy to the host; the messages get where the op was
+  // called from (TORCH_TPU_FUSED_DEBUG=1). False when `flags` is not the window's.
   bool add_check(const pjrt::BufferPtr& flags, std::vector<std::string>& messages);
   // `now`, a placeholder of this window, is the new value of a storage that
   // held `before`: if the op computing `now` fails at the flush, the storage
   // keeps `before`, as in Strict mode where the failing op raises and writes nothing.
   void replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before);
   bool empty();
-  // Where the last recorded op was called from (TORCH_TPU_FUSED_DEBUG=1), else empty.
-  std::string last_stack();
   static void set_stack_provider(std::function<std::string()> provider);
 
  private:
@@ -84,6 +83,7 @@ class FusedWindow {
   // The value index of a placeholder of this window, or -1.
   int value_index(const pjrt::Buffer& b) const;
   std::string sequence_key() const;
+  int64_t check_count() const;  // the flags of checks_, all together
 
   Runtime& runtime_;
   std::mutex mutex_;

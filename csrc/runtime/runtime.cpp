@@ -691,12 +691,7 @@ void Runtime::set_mode(EagerMode m) {
 }
 
 void Runtime::defer_check(pjrt::BufferPtr flags, std::vector<std::string> messages) {
-  if (mode() == EagerMode::Fused) {
-    // The checks of the op just recorded: where it was called from, if kept.
-    if (std::string stack = window_->last_stack(); !stack.empty())
-      for (auto& message : messages) message += "\nCalled from:\n" + stack;
-    if (window_->add_check(flags, messages)) return;
-  }
+  if (mode() == EagerMode::Fused && window_->add_check(flags, messages)) return;  // the op just recorded
   queue_check(std::move(flags), std::move(messages));
 }
 
