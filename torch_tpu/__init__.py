@@ -43,6 +43,7 @@ torch.set_autocast_dtype("tpu", torch.bfloat16)
 from torch_tpu import _meta, _printing, distributed  # noqa: E402, F401
 
 __all__ = [
+    "mark_dynamic",
     "mark_step",
     "metrics",
     "reset_metrics",
@@ -74,6 +75,20 @@ def metrics() -> dict:
     if m.get("fused_flushes"):
         m["fused_ops_per_flush_mean"] = m["fused_ops"] / m["fused_flushes"]
     return m
+
+
+def mark_dynamic(tensor: torch.Tensor, dim: int, max: int | None = None) -> torch.Tensor:
+    """Declares that `dim` of the tpu tensor `tensor` varies in size, up to `max`.
+
+    The tensor is padded to a bucket (the smallest power of two that holds its
+    size, at most `max`; TORCH_TPU_DYNAMIC_BUCKETS="64,128,512" chooses the
+    buckets), and the ops that read it and the tensors they make compile one
+    program per bucket instead of one per size. Results, printing and copies to
+    the host see the real elements only. Returns `tensor`. A size above `max`
+    raises; TORCH_TPU_DYNAMIC=off makes this a check only.
+    """
+    _C._mark_dynamic(tensor, dim, max)
+    return tensor
 
 
 def mark_step() -> None:

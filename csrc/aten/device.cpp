@@ -31,6 +31,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "aten/bounded.h"
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
 
@@ -171,7 +172,7 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
 void delete_storage(void* ptr) {
   auto* s = static_cast<DeviceStorage*>(ptr);
-  if (Runtime::initialized()) Runtime::get().free(s->device, static_cast<int64_t>(s->nbytes));
+  if (Runtime::initialized()) Runtime::get().free(s->device, static_cast<int64_t>(s->nbytes) + s->padding_bytes);
   delete s;
 }
 
@@ -197,6 +198,11 @@ struct TpuAllocator final : c10::DeviceAllocator {
     const auto* s = static_cast<const DeviceStorage*>(src);
     d->value = s->value;
     d->dtype = s->dtype;
+    if (s->padding) {  // the copy is padded alike, its padding accounted too
+      Runtime::get().resize(d->device, s->padding_bytes - d->padding_bytes);
+      d->padding = s->padding;
+      d->padding_bytes = s->padding_bytes;
+    }
   }
 
   bool initialized() override { return Runtime::initialized(); }
@@ -333,6 +339,7 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
     TORCH_CHECK(is_device_storage(storage.data_ptr()), "torch_tpu: resize_ of a storage torch_tpu did not allocate");
     auto* s = static_cast<DeviceStorage*>(storage.data_ptr().get());
     if (newsize == s->nbytes) return;
+    make_plain(*s);
     try {
       Runtime::get().resize(s->device, static_cast<int64_t>(newsize) - static_cast<int64_t>(s->nbytes));
     } catch (const runtime::OutOfMemory& e) {

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "aten/bounded.h"
 #include "aten/cpu_fallback.h"
 #include "aten/generator.h"
 #include "aten/output_layout.h"
@@ -224,6 +225,22 @@ struct Input {
   at::Tensor tensor;
   bool on_host = false;
   bool dynamic_scalar = false;  // a Scalar argument's value (describe_dynamic)
+  // A padded tensor on a bounded call: read padded (`tensor` is then a meta
+  // tensor of its padded shape, for the program's parameter).
+  std::shared_ptr<const PaddedRead> padded;
+};
+
+// A call over padded tensors (DESIGN.md "Bounded dynamic shapes"): the real
+// sizes of its bounded parts, one runtime int32 each ("symbols": parts of
+// one real size and bucket are one), and each argument's padded read.
+struct BoundedCall {
+  std::vector<std::pair<int64_t, int64_t>> symbols;      // (real size, bucket)
+  std::vector<std::shared_ptr<const PaddedRead>> reads;  // per argument, null when not padded
+  int symbol(const Part& p) const {
+    for (size_t k = 0; k < symbols.size(); ++k)
+      if (symbols[k] == std::make_pair(p.real, p.bucket)) return static_cast<int>(k);
+    return -1;
+  }
 };
 
 // The use of Scalar argument `i` for this call, recording its value.
@@ -721,7 +738,8 @@ void check_finite(const std::string& op, const std::vector<Input>& inputs, const
 runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& plan,
                                    const std::vector<c10::IValue>& args, const std::vector<Input>& inputs,
                                    const std::vector<bool>& dynamic, const std::vector<at::Tensor>& mutated,
-                                   const std::vector<at::ScalarType>& dest_dtypes) {
+                                   const std::vector<at::ScalarType>& dest_dtypes,
+                                   const BoundedCall* bounded = nullptr) {
   const size_t n = args.size();
   // PyTorch's meta kernels decide output shapes and dtypes and raise
   // PyTorch's own errors for bad shapes; the in-place op's own meta check
@@ -763,14 +781,39 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& sizes = inputs[i].tensor.sizes();
-    params[i] = b.reshape(params[i], std::vector<int64_t>(sizes.begin(), sizes.end()));
+    params[i] = inputs[i].padded ? padded_value(b, params[i], *inputs[i].padded)
+                                 : b.reshape(params[i], std::vector<int64_t>(sizes.begin(), sizes.end()));
   }
   std::vector<LoweringArg> largs;
   size_t next_param = 0;
   for (size_t i = 0; i < n; ++i)
     largs.push_back(lowering_arg(b, args[i], plan.is_out[i], dynamic[i], static_cast<int>(i), next_param, params));
   lowering::LoweringContext ctx{b, largs, outs, {}};
-  std::vector<stablehlo::Value> results = (*plan.rule)(ctx);
+  const lowering::LoweringRule* rule = plan.rule;
+  std::vector<lowering::BoundedDims> bounds;
+  if (bounded) {  // the last parameter: the symbols' real sizes
+    std::vector<stablehlo::Value> reals;
+    for (size_t k = 0; k < bounded->symbols.size(); ++k) {
+      const int64_t at = static_cast<int64_t>(k);
+      reals.push_back(b.reshape(b.slice(params.back(), {at}, {at + 1}, {1}), {}));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      bounds.emplace_back();
+      if (!bounded->reads[i]) continue;
+      for (const auto& parts : bounded->reads[i]->dims) {
+        bounds.back().emplace_back();
+        for (const Part& p : parts) {
+          const int k = p.bucket ? bounded->symbol(p) : -1;
+          bounds.back().back().push_back({p.padded(), k >= 0 ? reals[k] : stablehlo::Value{}});
+        }
+      }
+    }
+    ctx.bounds = &bounds;
+    if (const auto* r =
+            lowering::find_bounded_rule(plan.functional ? full_name(plan.functional->operator_name()) : plan.name))
+      rule = r;
+  }
+  std::vector<stablehlo::Value> results = (*rule)(ctx);
   const size_t written = plan.writes_from_functional ? 0 : mutated.size();
   TORCH_CHECK(results.size() == outs.size() + written, "torch_tpu: the lowering of ", plan.name, " returned ",
               results.size(), " values for ", outs.size(), " outputs and ", written, " written arguments");
@@ -948,6 +991,295 @@ void resolve_math_views(const OpPlan& plan, std::vector<c10::IValue>& args) {
   }
 }
 
+// Verifies (Debug mode) or defers the program's check flags, its last
+// result, and removes them from `results`.
+void take_checks(const runtime::Program& program, std::vector<pjrt::BufferPtr>& results) {
+  const auto& checks = program.checks;
+  if (checks.empty()) return;
+  auto& runtime = Runtime::get();
+  if (runtime.mode() == runtime::EagerMode::Debug) {
+    std::unique_ptr<bool[]> ok(new bool[checks.size()]);
+    runtime.download(*results.back(), ok.get(), checks.size());
+    for (size_t j = 0; j < checks.size(); ++j)
+      if (!ok[j]) raise_check(checks[j]);
+  } else {
+    runtime.defer_check(results.back(), checks);
+  }
+  results.pop_back();
+}
+
+std::vector<pjrt::BufferPtr> launch(const runtime::ProgramPtr& program, const std::vector<pjrt::BufferPtr>& buffers,
+                                    int dev, const OpPlan& plan, const std::vector<Input>& inputs) {
+  try {
+    return Runtime::get().execute(program, buffers, dev, plan.name.c_str());
+  } catch (const runtime::OutOfMemory& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  op: ", plan.name, " with inputs ",
+                     describe_inputs(inputs));
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what(), "\n  op: ", plan.name, " with inputs ", describe_inputs(inputs));
+  }
+}
+
+// Sizes for a bounded call's meta run, one per symbol: primes no static size
+// is likely to be, so an output dim's size tells which input dim it follows.
+constexpr int64_t kProbe[] = {7919, 7927, 7933, 7937, 7949, 7951, 7963, 7993};
+constexpr size_t kMaxSymbols = sizeof kProbe / sizeof kProbe[0];
+
+// A bounded call's program and, per output and dim, its parts: (the symbol
+// whose real size it has, or -1 for a static part; its padded size).
+struct BoundedProgram {
+  runtime::ProgramPtr program;
+  std::vector<std::vector<std::vector<std::pair<int, int64_t>>>> outputs;
+};
+
+// The program of a bounded call and its outputs' parts, built on the first
+// call of `key`; null when the op cannot run on these padded values.
+std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, const c10::OperatorHandle& op,
+                                                      const OpPlan& plan, const std::vector<c10::IValue>& args,
+                                                      const std::vector<Input>& inputs,
+                                                      const std::vector<bool>& dynamic, const BoundedCall& call) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<const BoundedProgram>> programs;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = programs.find(key); it != programs.end()) return it->second;
+  }
+  // The arguments at their padded shapes (what the program is built for),
+  // and at probe sizes (what maps output dims to input dims).
+  std::vector<c10::IValue> padded_args(args), probe_args(args);
+  std::vector<std::vector<int64_t>> probe_shapes(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!call.reads[i]) continue;
+    const auto options = args[i].toTensor().options().device(at::kMeta);
+    padded_args[i] = at::empty(call.reads[i]->shape(), options);
+    for (const auto& parts : call.reads[i]->dims) {
+      int64_t size = 1;
+      for (const Part& p : parts) size *= p.bucket ? kProbe[call.symbol(p)] : p.real;
+      probe_shapes[i].push_back(size);
+    }
+    probe_args[i] = at::empty(probe_shapes[i], options);
+  }
+  auto result = std::make_shared<BoundedProgram>();
+  try {
+    const auto probe_outputs = meta_outputs(op, probe_args, nullptr, nullptr);
+    result->program = Runtime::get().program(
+        key,
+        [&] {
+          Runtime::get().count("bucket_compiles");
+          std::vector<at::ScalarType> dest;  // an in-place op's: self's dtype
+          for (int a : plan.return_alias)
+            if (a >= 0) dest.push_back(args[a].toTensor().scalar_type());
+          return build_program(op, plan, padded_args, inputs, dynamic, {}, dest, &call);
+        },
+        /*indexed=*/false);
+    const auto& program = *result->program;
+    const size_t n_out = program.outputs.size() - (program.checks.empty() ? 0 : 1);
+    if (probe_outputs.size() != n_out) throw lowering::NotBounded("outputs differ");
+    auto has_probe = [&](int64_t v) {
+      for (size_t k = 0; k < call.symbols.size(); ++k)
+        if (v != 0 && v % kProbe[k] == 0) return true;
+      return false;
+    };
+    for (size_t k = 0; k < n_out; ++k) {
+      const auto& padded = program.outputs[k].shape;
+      if (!layout_of(program, k).empty() || is_undefined_output(program.outputs[k]) ||
+          probe_outputs[k].shape.size() != padded.size())
+        throw lowering::NotBounded("output layout");
+      auto& dims = result->outputs.emplace_back();
+      for (size_t j = 0; j < padded.size(); ++j) {
+        const int64_t probe = probe_outputs[k].shape[j];
+        auto& parts = dims.emplace_back();
+        if (probe == padded[j] && !has_probe(probe)) {
+          parts.push_back({-1, probe});
+          continue;
+        }
+        for (size_t i = 0; i < args.size() && parts.empty(); ++i) {
+          if (!call.reads[i]) continue;
+          const auto shape = call.reads[i]->shape();
+          for (size_t d = 0; d < shape.size() && parts.empty(); ++d) {
+            if (probe_shapes[i][d] != probe || shape[d] != padded[j]) continue;
+            for (const Part& p : call.reads[i]->dims[d]) parts.push_back({p.bucket ? call.symbol(p) : -1, p.padded()});
+          }
+        }
+        if (parts.empty()) throw lowering::NotBounded("an output dim no input dim explains");
+      }
+    }
+  } catch (const lowering::NeedsStaticScalar&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (std::getenv("TORCH_TPU_DEBUG_BOUNDED")) std::fprintf(stderr, "bounded %s: %s\n", key.c_str(), e.what());
+    result = nullptr;  // the exact path runs it (and raises PyTorch's error, if any)
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  return programs.emplace(key, result).first->second;
+}
+
+// Runs the op on its inputs' padded values when it can (see BoundedCall):
+// true when it did. Otherwise the op takes the exact path, which reads padded
+// tensors cut to their real sizes.
+bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vector<c10::IValue>& args,
+                    torch::jit::Stack* stack) {
+  auto padded = [](const at::Tensor& t) { return t.defined() && t.device().type() == kTpu && is_padded(t); };
+  bool any = false;
+  for (const auto& v : args) {
+    if (v.isTensor()) any |= padded(v.toTensor());
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector()) any |= padded(t);
+    if (v.isOptionalTensorList())
+      for (const auto& t : v.toOptionalTensorList()) {
+        const std::optional<at::Tensor>& ot = t;
+        any |= ot && padded(*ot);
+      }
+  }
+  if (!any) return false;
+  auto& runtime = Runtime::get();
+  const size_t n = args.size();
+  const bool functional = !plan.functional && plan.mutated.empty() && plan.overwritten < 0 && !plan.returns_list &&
+                          std::all_of(plan.return_alias.begin(), plan.return_alias.end(), [](int a) { return a < 0; });
+  // x.add_(y) on a padded x: the functional op's padded result becomes x's
+  // value, when x is its storage in row-major order and keeps its parts.
+  const bool in_place = plan.functional && plan.mutated.empty() && plan.overwritten < 0 && !plan.returns_list &&
+                        !plan.writes_from_functional && plan.return_alias.size() == 1 && plan.return_alias[0] == 0 &&
+                        !plan.is_out[0] && args[0].isTensor() && padded(args[0].toTensor());
+  const std::string& rule_op = plan.functional ? full_name(plan.functional->operator_name()) : plan.name;
+  BoundedCall call;
+  call.reads.resize(n);
+  bool readable = (functional || in_place) && (plan.pointwise || lowering::find_bounded_rule(rule_op));
+  for (size_t i = 0; i < n && readable; ++i) {
+    readable = !args[i].isTensorList() && !args[i].isOptionalTensorList();
+    if (!readable || !args[i].isTensor() || !padded(args[i].toTensor())) continue;
+    auto read = padded_read(args[i].toTensor());
+    readable = read.has_value();
+    if (!readable) break;
+    call.reads[i] = std::make_shared<const PaddedRead>(std::move(*read));
+    for (const auto& parts : call.reads[i]->dims)
+      for (const Part& p : parts)
+        if (p.bucket && call.symbol(p) < 0) call.symbols.push_back({p.real, p.bucket});
+    readable = call.symbols.size() <= kMaxSymbols;
+  }
+  if (!readable) {
+    runtime.count("bounded_exact::" + plan.name);
+    return false;
+  }
+
+  std::string key = "bounded|" + plan.name + "|";
+  std::vector<Input> inputs;
+  std::optional<c10::Device> device;
+  std::vector<bool> dynamic(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    dynamic[i] = scalar_use(plan, i, args[i]) == ScalarUse::Dynamic;
+    if (dynamic[i]) {
+      describe_dynamic(args[i], key, inputs);
+    } else if (const auto& read = call.reads[i]) {
+      const at::Tensor& t = args[i].toTensor();
+      if (device && *device != t.device()) device_mismatch(plan.name, *device, t.device());
+      device = t.device();
+      key += "P" + stablehlo::mlir_name(to_dtype(t.scalar_type())) + "[" + dims_key(read->stored) + "/" +
+             dims_key(read->memory_dims) + "]{";
+      for (const auto& parts : read->dims) {
+        for (const Part& p : parts)
+          key += p.bucket ? "s" + std::to_string(call.symbol(p)) + "/" + std::to_string(p.bucket) + "*"
+                          : std::to_string(p.real) + "*";
+        key += ",";
+      }
+      key += "};";
+      inputs.push_back({at::empty(read->shape(), t.options().device(at::kMeta)), false, false, read});
+    } else {
+      describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
+    }
+  }
+  key += "#" + std::to_string(call.symbols.size());
+  bool f64 = false;
+  for (const auto& v : args)
+    if (v.isTensor() && v.toTensor().defined())
+      f64 |= v.toTensor().scalar_type() == at::kDouble || v.toTensor().scalar_type() == at::kComplexDouble;
+  for (auto& in : inputs)
+    if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !f64) in.tensor = in.tensor.to(at::kFloat);
+  inputs.push_back({at::empty({static_cast<int64_t>(call.symbols.size())}, at::kInt), true});  // the real sizes
+
+  if (in_place) {
+    const auto& order = call.reads[0]->memory_dims;
+    if (!std::is_sorted(order.begin(), order.end())) {
+      runtime.count("bounded_exact::" + plan.name);
+      return false;
+    }
+  }
+  auto bounded = bounded_program(key, op, plan, args, inputs, dynamic, call);
+  if (bounded && in_place && (bounded->outputs.size() != 1 || [&] {
+        const auto& dims = call.reads[0]->dims;
+        if (bounded->outputs[0].size() != dims.size()) return true;
+        for (size_t d = 0; d < dims.size(); ++d) {
+          if (bounded->outputs[0][d].size() != dims[d].size()) return true;
+          for (size_t j = 0; j < dims[d].size(); ++j)
+            if (bounded->outputs[0][d][j].second != dims[d][j].padded() ||
+                (bounded->outputs[0][d][j].first >= 0) != (dims[d][j].bucket != 0))
+              return true;
+        }
+        return false;
+      }()))
+    bounded = nullptr;  // the result is not laid out as x is
+  if (!bounded) {
+    runtime.count("bounded_exact::" + plan.name);
+    return false;
+  }
+  const int dev = device->index() < 0 ? 0 : device->index();
+  std::vector<pjrt::BufferPtr> buffers;
+  for (size_t i = 0; i + 1 < inputs.size(); ++i) {
+    const Input& in = inputs[i];
+    buffers.push_back(in.padded    ? in.padded->value
+                      : in.on_host ? upload(in.tensor.contiguous(), dev)
+                                   : read_dense(in.tensor));
+  }
+  std::vector<int64_t> reals;
+  for (const auto& s : call.symbols) reals.push_back(s.first);
+  buffers.push_back(sizes_buffer(reals, dev));
+  auto results = launch(bounded->program, buffers, dev, plan, inputs);
+  take_checks(*bounded->program, results);
+  if (in_place) {
+    const at::Tensor& self = args[0].toTensor();
+    DeviceStorage& s = storage_of(self);
+    runtime.replaced(results[0], s.value);
+    s.value = std::move(results[0]);
+    runtime.count("bounded_ops");
+    torch::jit::drop(*stack, n);
+    stack->push_back(self);
+    return true;
+  }
+  std::vector<at::Tensor> outputs;
+  for (size_t k = 0; k < results.size(); ++k) {
+    const auto dtype = to_scalar_type(bounded->program->outputs[k].dtype);
+    PaddedDims dims;
+    bool any_bounded = false;
+    std::vector<int64_t> sizes;
+    for (const auto& parts : bounded->outputs[k]) {
+      auto& out = dims.emplace_back();
+      int64_t size = 1;
+      for (const auto& [symbol, padded_size] : parts) {
+        out.push_back(symbol >= 0 ? Part{call.symbols[symbol].first, call.symbols[symbol].second}
+                                  : Part{padded_size, 0});
+        size *= out.back().real;
+        any_bounded |= symbol >= 0;
+      }
+      sizes.push_back(size);
+    }
+    outputs.push_back(any_bounded ? wrap_padded(results[k], dims, dtype, dev)
+                                  : wrap_buffer(results[k], sizes, dtype, dev));
+  }
+  if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan()) {
+    std::vector<TensorType> types;
+    std::vector<pjrt::BufferPtr> real;
+    for (const at::Tensor& t : outputs) {
+      types.push_back({to_dtype(t.scalar_type()), t.sizes().vec()});
+      real.push_back(read_dense(t));
+    }
+    check_finite(plan.name, inputs, types, real, dev);
+  }
+  runtime.count("bounded_ops");
+  torch::jit::drop(*stack, n);
+  for (auto& t : outputs) stack->push_back(std::move(t));
+  return true;
+}
+
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpPlan& plan = plan_for(op);
   const size_t n = op.schema().arguments().size();
@@ -961,6 +1293,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   resolve_generators(op.schema(), args);
   decline_complex(plan, args);
   resolve_math_views(plan, args);
+  if (bounded_kernel(op, plan, args, stack)) return;
 
   std::string key;
   key.reserve(128);
@@ -1051,28 +1384,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (const auto& in : inputs)
     buffers.push_back(in.on_host ? upload(in.tensor.contiguous(), dev) : read_dense(in.tensor));
   auto& runtime = Runtime::get();
-  std::vector<pjrt::BufferPtr> results;
-  try {
-    results = runtime.execute(program, buffers, dev, plan.name.c_str());
-  } catch (const runtime::OutOfMemory& e) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  op: ", plan.name, " with inputs ",
-                     describe_inputs(inputs));
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, e.what(), "\n  op: ", plan.name, " with inputs ", describe_inputs(inputs));
-  }
-  const auto& checks = program->checks;
-  const size_t num_results = results.size() - (checks.empty() ? 0 : 1);
-  if (!checks.empty()) {
-    if (runtime.mode() == runtime::EagerMode::Debug) {
-      std::unique_ptr<bool[]> ok(new bool[checks.size()]);
-      runtime.download(*results.back(), ok.get(), checks.size());
-      for (size_t j = 0; j < checks.size(); ++j)
-        if (!ok[j]) raise_check(checks[j]);
-    } else {
-      runtime.defer_check(results.back(), checks);
-    }
-  }
-  results.resize(num_results);
+  std::vector<pjrt::BufferPtr> results = launch(program, buffers, dev, plan, inputs);
+  take_checks(*program, results);
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan())
     check_finite(plan.name, inputs, program->outputs, results, dev);
 

@@ -19,6 +19,7 @@
 
 #include <limits>
 
+#include "aten/bounded.h"
 #include "aten/tensor_access.h"
 
 namespace torch_tpu::aten {
@@ -75,6 +76,7 @@ const at::Tensor& resize_(const at::Tensor& self, at::IntArrayRef size, std::opt
   int64_t numel = c10::multiply_integers(size);
   size_t needed = numel == 0 ? 0 : static_cast<size_t>(self.storage_offset() + numel) * self.element_size();
   DeviceStorage& s = storage_of(self);
+  if (needed > s.nbytes) make_plain(s);  // grown as plain bytes
   if (needed > s.nbytes) {
     try {  // checked before the tensor or any host memory is touched: an OOM leaves self as it was
       Runtime::get().resize(s.device, static_cast<int64_t>(needed - s.nbytes));
@@ -124,6 +126,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (dst.device().type() == kTpu) at::assert_no_internal_overlap(dst);
   if (src.device() == dst.device()) at::assert_no_partial_overlap(dst, src);
   if (src.device().type() == kTpu && dst.device().type() == kTpu && src.device() == dst.device()) {
+    if (is_padded(src) && copy_padded(src, dst)) return dst;  // stays padded: a program per bucket
     std::vector<int64_t> dst_shape(dst.sizes().begin(), dst.sizes().end());
     std::string key = "copy|" + stablehlo::mlir_name(to_dtype(src.scalar_type())) + "|" + c10::str(src.sizes()) + "|" +
                       stablehlo::mlir_name(to_dtype(dst.scalar_type())) + "|" + c10::str(dst.sizes());

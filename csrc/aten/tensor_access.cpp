@@ -4,6 +4,7 @@
 
 #include <charconv>
 
+#include "aten/bounded.h"
 #include "lowering/registry.h"
 
 namespace torch_tpu::aten {
@@ -189,8 +190,11 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
   DeviceStorage& s = storage_of(t);
   DType d = to_dtype(t.scalar_type());
   ensure_value(s, d);
+  if (s.padding && s.dtype != d) make_plain(s);  // reinterpreted bytes: the plain storage's
   match_storage_dtype(t, s, d);
-  if (s.dtype == d && covers_storage(t, s)) return s.value;
+  // A padded storage is read through its real elements (a program per size).
+  const pjrt::BufferPtr value = s.padding ? unpadded_value(s) : s.value;
+  if (s.dtype == d && covers_storage(t, s)) return value;
   std::string key = "read|" + stablehlo::mlir_name(s.dtype) + "|" + std::to_string(s.numel()) + "|" +
                     stablehlo::mlir_name(d) + "|" + layout_key(t);
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end()), strides(t.strides().begin(), t.strides().end());
@@ -202,7 +206,7 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
     auto out = lowering::strided_read(b, storage, sizes, strides, offset);
     return std::make_pair(b.module({out}), std::vector<TensorType>{{d, {numel}}});
   });
-  return Runtime::get().execute(program, {s.value}, s.device, "view read")[0];
+  return Runtime::get().execute(program, {value}, s.device, "view read")[0];
 }
 
 void write_dense(const at::Tensor& t, pjrt::BufferPtr value) {
@@ -210,11 +214,16 @@ void write_dense(const at::Tensor& t, pjrt::BufferPtr value) {
   DType d = to_dtype(t.scalar_type());
   auto& runtime = Runtime::get();
   if (covers_storage(t, s)) {
-    if (s.dtype == d) runtime.replaced(value, s.value);
+    if (s.dtype == d && !s.padding) runtime.replaced(value, s.value);
+    if (s.padding) {  // the write replaces every real element: the storage is plain again
+      s.value = nullptr;
+      make_plain(s);
+    }
     s.value = std::move(value);
     s.dtype = d;
     return;
   }
+  make_plain(s);
   ensure_value(s, d);
   // A bool written into a byte storage becomes 0/1 bytes and the storage
   // keeps its bytes (a uint8 3 stays 3); any other dtype retypes the storage.
@@ -260,8 +269,14 @@ pjrt::BufferPtr upload(const at::Tensor& cpu, int device) {
 at::Tensor download(const at::Tensor& t) {
   at::Tensor out = at::empty(t.sizes(), t.options().device(at::kCPU));
   if (t.numel() == 0) return out;
-  auto buffer = read_dense(t);
+  const DeviceStorage& s = storage_of(t);
   try {
+    if (s.padding && s.value && s.dtype == to_dtype(t.scalar_type())) {
+      // Copied padded and cut on the host: no program per size.
+      out.copy_(download_padded(s).as_strided(t.sizes(), t.strides(), t.storage_offset()));
+      return out;
+    }
+    auto buffer = read_dense(t);
     Runtime::get().download(*buffer, out.data_ptr(), out.nbytes());
   } catch (const runtime::DeviceCheckFailed& e) {
     raise_check(e.what(),

@@ -59,10 +59,8 @@ std::vector<Value> mean(LoweringContext& c) {
   const Value& x = c.tensor(0);
   DType acc = opmath_type(c.out().dtype);
   std::vector<int64_t> dims = reduced_dims(c, 1, x.rank());
-  int64_t count = 1;
-  for (int64_t d : dims) count *= x.shape().at(d);
   Value s = sum_over(c, dims, acc);
-  Value m = c.b.binary(Binary::Divide, s, c.b.constant(static_cast<double>(count), s.type));
+  Value m = c.b.binary(Binary::Divide, s, c.b.broadcast_to(c.count(0, dims, acc), s.shape()));
   return {c.b.reshape(c.b.cast(m, c.out().dtype), c.out().shape)};
 }
 
@@ -70,8 +68,9 @@ std::vector<Value> mean(LoweringContext& c) {
 std::vector<Value> mean_all(LoweringContext& c) {
   const Value& x = c.tensor(0);
   DType acc = opmath_type(c.out().dtype);
-  Value s = sum_over(c, reduced_dims(c, 99, x.rank()), acc);
-  Value m = c.b.binary(Binary::Divide, s, c.b.constant(static_cast<double>(x.type.numel()), s.type));
+  const std::vector<int64_t> dims = reduced_dims(c, 99, x.rank());
+  Value s = sum_over(c, dims, acc);
+  Value m = c.b.binary(Binary::Divide, s, c.b.broadcast_to(c.count(0, dims, acc), s.shape()));
   return {c.b.reshape(c.b.cast(m, c.out().dtype), c.out().shape)};
 }
 

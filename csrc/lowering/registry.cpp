@@ -215,6 +215,7 @@ LoweringRule in_float32(LoweringRule rule) {
     }
     if (!low) return rule(c);
     LoweringContext w{c.b, c.args, wide};
+    w.bounds = c.bounds;
     std::vector<Value> out = rule(w);
     c.checks.insert(c.checks.end(), w.checks.begin(), w.checks.end());
     for (size_t i = 0; i < out.size() && i < c.outputs.size(); ++i)

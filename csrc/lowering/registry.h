@@ -57,6 +57,16 @@ struct NeedsStaticScalar {
   int arg;
 };
 
+// Bounded dynamic shapes (DESIGN.md): a tensor argument read padded. Each of
+// its dims is the row-major merge of one or more padded parts; a bounded
+// part's real size is a runtime value, and the elements past it are padding
+// of any value.
+struct BoundedPart {
+  int64_t padded = 1;  // the part's size in the padded value
+  Value real;          // its real size, 0-d int32; no name: static (all real)
+};
+using BoundedDims = std::vector<std::vector<BoundedPart>>;  // per dim, outermost part first
+
 struct LoweringContext {
   Builder& b;
   const std::vector<LoweringArg>& args;
@@ -96,11 +106,30 @@ struct LoweringContext {
   // negative indices count from the end.
   void check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message,
                      bool index_error = true);
+
+  // Per argument: its bounded dims when it is a padded tensor, else empty.
+  // Null when no argument is padded (every program but a bounded one).
+  const std::vector<BoundedDims>* bounds = nullptr;
+  // Tensor argument `i` with its padding set to the 0-d `fill` (the
+  // identity of what a rule reduces): the tensor itself when not padded.
+  Value masked(size_t i, const Value& fill) const;
+  // How many real elements tensor argument `i` has over `dims`, a 0-d value
+  // of `dtype` (a mean's divisor): a constant unless a dim is bounded.
+  Value count(size_t i, const std::vector<int64_t>& dims, DType dtype) const;
 };
+
+// Where an element of a padded value of `shape` with these dims is real: a bool tensor of `shape`.
+Value real_elements(Builder& b, const BoundedDims& dims, const Shape& shape);
 
 // Thrown by a rule that cannot lower this use of its op (a shape that depends
 // on the data, a mode not written yet): the op then runs on the CPU fallback.
 struct Declined : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown by a bounded rule (find_bounded_rule) for a use it cannot run on
+// padded values (a layer norm over a bounded dim): the op reads exact shapes.
+struct NotBounded : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -112,6 +141,11 @@ bool takes_complex(std::string_view op);
 
 void register_rule(std::string op, LoweringRule rule);
 const LoweringRule* find_rule(std::string_view op);
+// The rule an op that is not pointwise runs with on padded values
+// (csrc/lowering/bounded.cpp): it fills the padding of what it reduces or
+// contracts. nullptr: the op reads exact shapes (its padded inputs are cut
+// to their real sizes first), one program per size.
+const LoweringRule* find_bounded_rule(std::string_view op);
 std::vector<std::string> registered_ops();
 
 // The type PyTorch computes a dtype's math in (its opmath / accumulation

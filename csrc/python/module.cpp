@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "aten/bounded.h"
 #include "aten/cpu_fallback.h"
 #include "aten/general_kernel.h"
 #include "aten/generator.h"
@@ -84,6 +85,12 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   m.def("metrics", [] { return Runtime::get().metrics(); });
+  m.def("_mark_dynamic", &torch_tpu::aten::mark_dynamic);
+  m.def("_padded_shape", [](const at::Tensor& t) -> std::optional<std::vector<int64_t>> {
+    const auto& s = torch_tpu::aten::storage_of(t);
+    if (!s.padding) return std::nullopt;
+    return s.padding->padded();
+  });
   // The persistent compilation cache; needs no runtime (no plugin load).
   m.def("cache_info", [] {
     auto i = torch_tpu::runtime::DiskCache::from_environment()->info();

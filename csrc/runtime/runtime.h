@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -36,11 +37,31 @@ int64_t positive_env(const char* name, int64_t fallback, const std::string& unit
 // `value` is a flat 1-D buffer of nbytes / byte_size(dtype) elements, or null
 // until something writes the storage. Buffers are immutable values: a write
 // computes a new buffer and swaps it in, so every alias sees it.
+//
+// A bounded storage (torch_tpu.mark_dynamic, DESIGN.md "Bounded dynamic
+// shapes") holds a row-major tensor of padding->sizes laid out row-major in
+// padding->padded(): a bounded dim takes its bucket's size, and the elements
+// past its real size are padding of any value. Programs over it are compiled
+// per bucket, not per size. nbytes stays the size PyTorch sees; the padding's
+// bytes are accounted as padding_bytes.
+struct Padding {
+  std::vector<int64_t> sizes;    // the real tensor the storage holds
+  std::vector<int64_t> buckets;  // per dim: its padded size when bounded, else 0
+  std::vector<int64_t> padded() const {
+    std::vector<int64_t> p(sizes);
+    for (size_t d = 0; d < p.size(); ++d)
+      if (buckets[d]) p[d] = buckets[d];
+    return p;
+  }
+};
+
 struct DeviceStorage {
   size_t nbytes = 0;
   int device = 0;
   DType dtype = DType::Float32;
   pjrt::BufferPtr value;
+  std::optional<Padding> padding;  // set: value is padded (above)
+  int64_t padding_bytes = 0;       // accounted on top of nbytes while padded
 
   int64_t numel() const { return static_cast<int64_t>(nbytes / stablehlo::byte_size(dtype)); }
 };

@@ -1,0 +1,294 @@
+#include "aten/bounded.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+namespace torch_tpu::aten {
+namespace {
+
+using runtime::Runtime;
+using stablehlo::TensorType;
+
+int64_t product(const std::vector<int64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), int64_t{1}, std::multiplies<>());
+}
+
+// The storage's padded dims as parts.
+std::vector<Part> storage_parts(const runtime::Padding& p) {
+  std::vector<Part> parts;
+  for (size_t d = 0; d < p.sizes.size(); ++d) parts.push_back({p.sizes[d], p.buckets[d]});
+  return parts;
+}
+
+// Accounts the padding's bytes of `s` (now `bytes`).
+void set_padding_bytes(DeviceStorage& s, int64_t bytes) {
+  if (bytes != s.padding_bytes) Runtime::get().resize(s.device, bytes - s.padding_bytes);
+  s.padding_bytes = bytes;
+}
+
+int64_t padding_bytes_of(const DeviceStorage& s) {
+  if (!s.padding) return 0;
+  return (product(s.padding->padded()) - product(s.padding->sizes)) *
+         static_cast<int64_t>(stablehlo::byte_size(s.dtype));
+}
+
+}  // namespace
+
+std::vector<int64_t> PaddedRead::shape() const {
+  std::vector<int64_t> s;
+  for (const auto& parts : dims) {
+    int64_t n = 1;
+    for (const Part& p : parts) n *= p.padded();
+    s.push_back(n);
+  }
+  return s;
+}
+
+bool is_padded(const at::Tensor& t) { return storage_of(t).padding.has_value(); }
+
+std::optional<PaddedRead> padded_read(const at::Tensor& t) {
+  const DeviceStorage& s = storage_of(t);
+  if (!s.padding || !s.value || to_dtype(t.scalar_type()) != s.dtype) return std::nullopt;
+  if (t.storage_offset() != 0 || t.numel() != product(s.padding->sizes) || t.numel() == 0) return std::nullopt;
+  // The tensor's dims in memory order (size-1 dims left out), densely laid out.
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1) order.push_back(d);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  int64_t expected = 1;
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    if (t.stride(*d) != expected) return std::nullopt;
+    expected *= t.size(*d);
+  }
+  // Each dim, in memory order, takes the storage's padded dims whose real
+  // sizes multiply to its size; a static one may split.
+  std::vector<Part> storage = storage_parts(*s.padding);
+  PaddedRead read;
+  read.dims.resize(t.dim());
+  size_t next = 0;
+  for (int64_t d : order) {
+    const int64_t size = t.size(d);
+    int64_t have = 1;
+    auto& parts = read.dims[d];
+    while (have < size || (next < storage.size() && storage[next].real == 1 && storage[next].bucket == 0)) {
+      if (next >= storage.size()) return std::nullopt;
+      Part p = storage[next];
+      if (have * p.real > size) {
+        const int64_t want = size / have;
+        if (p.bucket || size % have || p.real % want) return std::nullopt;
+        parts.push_back({want, 0});
+        storage[next].real /= want;
+        have = size;
+        break;
+      }
+      parts.push_back(p);
+      have *= p.real;
+      ++next;
+    }
+    read.stored.push_back(0);
+    read.memory_dims.push_back(d);
+  }
+  // Bounded dims of real size 1 left over belong to the innermost dim.
+  for (; next < storage.size(); ++next) {
+    if (storage[next].real != 1 || order.empty()) return std::nullopt;
+    read.dims[order.back()].push_back(storage[next]);
+  }
+  const auto shape = read.shape();
+  for (size_t k = 0; k < order.size(); ++k) read.stored[k] = shape[order[k]];
+  read.value = s.value;
+  return read;
+}
+
+stablehlo::Value padded_value(stablehlo::Builder& b, const stablehlo::Value& flat, const PaddedRead& read) {
+  auto x = b.reshape(flat, read.stored);
+  // The stored dims in the tensor's order, then its size-1 dims put back.
+  std::vector<int64_t> perm(read.memory_dims.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t c) { return read.memory_dims[a] < read.memory_dims[c]; });
+  bool identity = true;
+  for (size_t k = 0; k < perm.size(); ++k) identity &= perm[k] == static_cast<int64_t>(k);
+  if (!identity) x = b.transpose(x, perm);
+  return b.reshape(x, read.shape());
+}
+
+pjrt::BufferPtr unpadded_value(const DeviceStorage& s) {
+  const auto padded = s.padding->padded();
+  const auto& sizes = s.padding->sizes;
+  const DType dtype = s.dtype;
+  std::string key = "unpad|" + stablehlo::mlir_name(dtype) + "|" + dims_key(padded) + "|" + dims_key(sizes);
+  auto program = Runtime::get().program(key, [&] {
+    stablehlo::Builder b;
+    auto x = b.reshape(b.parameter(TensorType{dtype, {product(padded)}}), padded);
+    std::vector<int64_t> start(padded.size(), 0), step(padded.size(), 1);
+    auto real = b.reshape(b.slice(x, start, sizes, step), {product(sizes)});
+    return std::make_pair(b.module({real}), std::vector<TensorType>{real.type});
+  });
+  Runtime::get().count("bounded_unpads");
+  return Runtime::get().execute(program, {s.value}, s.device, "bounded read")[0];
+}
+
+void make_plain(DeviceStorage& s) {
+  if (!s.padding) return;
+  if (s.value) s.value = unpadded_value(s);
+  s.padding.reset();
+  set_padding_bytes(s, 0);
+}
+
+at::Tensor download_padded(const DeviceStorage& s) {
+  const auto padded = s.padding->padded();
+  at::Tensor host = at::empty(padded, at::TensorOptions().dtype(to_scalar_type(s.dtype)));
+  Runtime::get().download(*s.value, host.data_ptr(), host.nbytes());
+  for (size_t d = 0; d < padded.size(); ++d) host = host.narrow(static_cast<int64_t>(d), 0, s.padding->sizes[d]);
+  return host.contiguous().view({-1});
+}
+
+at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::ScalarType dtype, int device) {
+  runtime::Padding padding;
+  std::vector<int64_t> sizes;
+  for (const auto& parts : dims) {
+    int64_t n = 1;
+    for (const Part& p : parts) {
+      padding.sizes.push_back(p.real);
+      padding.buckets.push_back(p.bucket);
+      n *= p.real;
+    }
+    sizes.push_back(n);
+  }
+  at::Tensor t = wrap_buffer(std::move(value), sizes, dtype, device);
+  DeviceStorage& s = storage_of(t);
+  s.padding = std::move(padding);
+  const int64_t bytes = padding_bytes_of(s);
+  Runtime::get().count("padded_elements", bytes / static_cast<int64_t>(stablehlo::byte_size(s.dtype)));
+  set_padding_bytes(s, bytes);
+  return t;
+}
+
+bool copy_padded(const at::Tensor& src, const at::Tensor& dst) {
+  if (!dynamic_shapes_enabled() || src.sizes() != dst.sizes() || !dst.is_contiguous() || dst.storage_offset() != 0 ||
+      static_cast<size_t>(dst.nbytes()) != storage_of(dst).nbytes)
+    return false;
+  auto read = padded_read(src);
+  if (!read) return false;
+  const DType from = to_dtype(src.scalar_type()), to = to_dtype(dst.scalar_type());
+  std::string key = "copy_padded|" + stablehlo::mlir_name(from) + "|" + dims_key(read->stored) + "|" +
+                    dims_key(read->memory_dims) + "|" + dims_key(read->shape()) + "|" + stablehlo::mlir_name(to);
+  auto program = Runtime::get().program(key, [&] {
+    stablehlo::Builder b;
+    auto x = padded_value(b, b.parameter(TensorType{from, {product(read->stored)}}), *read);
+    auto out = b.reshape(b.cast(x, to), {x.type.numel()});
+    return std::make_pair(b.module({out}), std::vector<TensorType>{out.type});
+  });
+  auto value = Runtime::get().execute(program, {read->value}, device_index(dst), "copy_")[0];
+  DeviceStorage& s = storage_of(dst);
+  runtime::Padding padding;
+  for (const auto& parts : read->dims)
+    for (const Part& p : parts) {
+      padding.sizes.push_back(p.real);
+      padding.buckets.push_back(p.bucket);
+    }
+  Runtime::get().replaced(value, s.value);
+  s.value = std::move(value);
+  s.dtype = to;
+  s.padding = std::move(padding);
+  set_padding_bytes(s, padding_bytes_of(s));
+  return true;
+}
+
+bool dynamic_shapes_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TORCH_TPU_DYNAMIC");
+    return !(v && (std::string(v) == "off" || std::string(v) == "0"));
+  }();
+  return on;
+}
+
+int64_t bucket_for(int64_t n, std::optional<int64_t> max) {
+  static const std::vector<int64_t> buckets = [] {
+    std::vector<int64_t> list;
+    if (const char* v = std::getenv("TORCH_TPU_DYNAMIC_BUCKETS"); v && *v) {
+      std::string s(v);
+      size_t at = 0;
+      while (at <= s.size()) {
+        size_t end = s.find(',', at);
+        if (end == std::string::npos) end = s.size();
+        const std::string item = s.substr(at, end - at);
+        char* rest = nullptr;
+        const long long x = std::strtoll(item.c_str(), &rest, 10);
+        TORCH_CHECK(!item.empty() && rest && *rest == '\0' && x > 0, "TORCH_TPU_DYNAMIC_BUCKETS='", s,
+                    "' is not a comma-separated list of positive sizes (e.g. 64,128,512)");
+        list.push_back(x);
+        at = end + 1;
+      }
+      std::sort(list.begin(), list.end());
+    }
+    return list;
+  }();
+  int64_t bucket = 0;
+  if (buckets.empty()) {
+    bucket = 1;
+    while (bucket < n) bucket *= 2;
+  } else {
+    auto it = std::lower_bound(buckets.begin(), buckets.end(), n);
+    TORCH_CHECK(it != buckets.end() || max, "torch_tpu: a bounded dim of size ", n,
+                " is larger than every bucket of TORCH_TPU_DYNAMIC_BUCKETS (largest ", buckets.back(),
+                "); add a larger bucket or pass max= to mark_dynamic");
+    bucket = it == buckets.end() ? *max : *it;
+  }
+  return max ? std::min(bucket, *max) : bucket;
+}
+
+void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max) {
+  TORCH_CHECK(t.defined() && t.device().type() == c10::DeviceType::PrivateUse1,
+              "torch_tpu.mark_dynamic: expected a tpu tensor, got one on ",
+              t.defined() ? t.device().str() : "(undefined)", "; move it first (t.to('tpu'))");
+  TORCH_CHECK_INDEX(t.dim() > 0 && dim >= -t.dim() && dim < t.dim(), "torch_tpu.mark_dynamic: dim ", dim,
+                    " is out of range for a tensor of shape ", t.sizes(), " (", t.dim(), " dims)");
+  if (dim < 0) dim += t.dim();
+  const int64_t n = t.size(dim);
+  TORCH_CHECK(!max || *max >= 1, "torch_tpu.mark_dynamic: max=", max.value_or(0), " must be at least 1");
+  TORCH_CHECK(!max || n <= *max, "torch_tpu.mark_dynamic: dim ", dim, " of the tensor of shape ", t.sizes(),
+              " has size ", n, ", above its declared bound max=", *max,
+              "; raise max or cut the tensor to the bound first");
+  if (!dynamic_shapes_enabled() || n == 0) return;
+  DeviceStorage& s = storage_of(t);
+  const bool whole = t.is_contiguous() && t.storage_offset() == 0 && static_cast<size_t>(t.nbytes()) == s.nbytes &&
+                     (!s.padding || at::IntArrayRef(s.padding->sizes) == t.sizes());
+  TORCH_CHECK(whole, "torch_tpu.mark_dynamic: the tensor of shape ", t.sizes(),
+              " is a view of a larger storage (or not contiguous); mark a tensor that owns its storage, e.g. ",
+              "t = t.contiguous().clone()");
+  runtime::Padding padding =
+      s.padding.value_or(runtime::Padding{t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0)});
+  const int64_t bucket = bucket_for(n, max);
+  if (padding.buckets[dim] == bucket) return;
+  const bool was_bounded = padding.buckets[dim] != 0;
+  padding.buckets[dim] = bucket;
+  // Padded through the host: one copy each way, and no program per size.
+  at::Tensor real = s.padding ? download_padded(s).view(t.sizes()) : download(t);
+  at::Tensor host = at::zeros(padding.padded(), real.options());
+  at::Tensor window = host;
+  for (int64_t d = 0; d < t.dim(); ++d) window = window.narrow(d, 0, t.size(d));
+  window.copy_(real);
+  s.value = upload(host, s.device);
+  s.dtype = to_dtype(t.scalar_type());
+  s.padding = std::move(padding);
+  set_padding_bytes(s, padding_bytes_of(s));
+  if (!was_bounded) Runtime::get().count("dynamic_dims");
+}
+
+pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::vector<int64_t>>, pjrt::BufferPtr> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto key = std::make_pair(device, sizes);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  std::vector<int32_t> values(sizes.begin(), sizes.end());
+  auto buffer = Runtime::get().upload(values.data(), DType::Int32, {static_cast<int64_t>(values.size())}, device);
+  if (cache.size() > 4096) cache.clear();
+  cache.emplace(key, buffer);
+  return buffer;
+}
+
+}  // namespace torch_tpu::aten

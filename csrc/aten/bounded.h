@@ -1,0 +1,65 @@
+// Bounded dynamic shapes, the tensor side (DESIGN.md): padded storages, how a
+// tensor over one is read padded, torch_tpu.mark_dynamic, host reads.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "aten/tensor_access.h"
+#include "lowering/registry.h"
+
+namespace torch_tpu::aten {
+
+// One padded part of a tensor dim: its real size and, when bounded, its
+// bucket (the padded size); bucket 0: static.
+struct Part {
+  int64_t real = 1, bucket = 0;
+  int64_t padded() const { return bucket ? bucket : real; }
+};
+using PaddedDims = std::vector<std::vector<Part>>;  // per tensor dim, outermost part first
+
+// A tpu tensor read padded: its storage's padded value, with each tensor dim
+// the row-major merge of one or more of the storage's padded dims.
+struct PaddedRead {
+  pjrt::BufferPtr value;               // flat: the storage's padded value
+  std::vector<int64_t> stored;         // the value's shape, the tensor's dims (size-1 dims left out) in memory order
+  std::vector<int64_t> memory_dims;    // the tensor dim of each stored dim
+  PaddedDims dims;                     // per tensor dim
+  std::vector<int64_t> shape() const;  // per tensor dim, its padded size
+};
+
+// Whether t's storage is padded (t a tpu tensor).
+bool is_padded(const at::Tensor& t);
+// How `t` reads padded: its storage is padded, its dtype is the storage's,
+// and it covers the storage densely (the whole of it, in some order of its
+// dims). nullopt otherwise: t is then read through read_dense's exact path.
+std::optional<PaddedRead> padded_read(const at::Tensor& t);
+// The padded value as a value of the tensor's padded shape (transposed into its dim order).
+stablehlo::Value padded_value(stablehlo::Builder& b, const stablehlo::Value& flat, const PaddedRead& read);
+
+// The storage's real elements as a plain flat value (a program per real size).
+pjrt::BufferPtr unpadded_value(const DeviceStorage& s);
+// The storage becomes plain: its value the real elements only.
+void make_plain(DeviceStorage& s);
+// The real elements of a padded storage on the host, flat (the padded value
+// is copied and cut there: no program per size).
+at::Tensor download_padded(const DeviceStorage& s);
+// A new tpu tensor of `dtype` holding a padded value laid out row-major in `dims`' parts.
+at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::ScalarType dtype, int device);
+// copy_ from a padded tensor into a tpu tensor that covers its storage, of
+// the same sizes: dst becomes padded like src (a program per bucket). False:
+// not such a copy.
+bool copy_padded(const at::Tensor& src, const at::Tensor& dst);
+
+// TORCH_TPU_DYNAMIC=off keeps exact static shapes everywhere.
+bool dynamic_shapes_enabled();
+// The bucket a bounded dim of real size n is padded to: the smallest of
+// TORCH_TPU_DYNAMIC_BUCKETS (default: powers of two) that holds n, at most `max`.
+int64_t bucket_for(int64_t n, std::optional<int64_t> max);
+// torch_tpu.mark_dynamic(t, dim, max): t's storage becomes padded in `dim`.
+void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max);
+// The real sizes of a bounded call's symbols as an int32[k] device buffer (cached).
+pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes, int device);
+
+}  // namespace torch_tpu::aten
