@@ -35,6 +35,67 @@ int64_t padding_bytes_of(const DeviceStorage& s) {
          static_cast<int64_t>(stablehlo::byte_size(s.dtype));
 }
 
+// A view of a padded storage that is a box of it (x[..., a:b], x.chunk(),
+// an expand): its dims step along single storage dims and take the bounded
+// ones whole. Read by a strided read of the padded value (a program per
+// bucket); nullopt for any other view.
+std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) {
+  const auto& real = s.padding->sizes;
+  const auto padded = s.padding->padded();
+  const size_t rank = real.size();
+  std::vector<int64_t> real_strides(rank), padded_strides(rank);
+  for (size_t i = rank; i-- > 0;) {
+    real_strides[i] = i + 1 < rank ? real_strides[i + 1] * real[i + 1] : 1;
+    padded_strides[i] = i + 1 < rank ? padded_strides[i + 1] * padded[i + 1] : 1;
+  }
+  int64_t offset = 0;  // the view's first element, in the padded value
+  std::vector<int64_t> start(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    start[i] = (t.storage_offset() / real_strides[i]) % real[i];
+    offset += start[i] * padded_strides[i];
+  }
+  PaddedRead read;
+  std::vector<int64_t> sizes, strides;
+  std::vector<bool> used(rank, false);
+  for (int64_t j = 0; j < t.dim(); ++j) {
+    const int64_t size = t.size(j), stride = t.stride(j);
+    auto& parts = read.dims.emplace_back();
+    if (size == 1 || stride == 0) {  // no step along the storage
+      parts.push_back({size, 0});
+      sizes.push_back(size);
+      strides.push_back(0);
+      continue;
+    }
+    size_t i = 0;
+    while (i < rank && real_strides[i] > stride) ++i;
+    if (i == rank || stride % real_strides[i] || used[i]) return std::nullopt;
+    const int64_t step = stride / real_strides[i];
+    if (start[i] + (size - 1) * step >= real[i]) return std::nullopt;
+    used[i] = true;
+    const int64_t bucket = s.padding->buckets[i];
+    if (bucket && (step != 1 || start[i] != 0 || size != real[i])) return std::nullopt;  // a bounded dim is taken whole
+    parts.push_back({size, bucket});
+    sizes.push_back(parts.back().padded());
+    strides.push_back(step * padded_strides[i]);
+  }
+  for (size_t i = 0; i < rank; ++i)
+    if (s.padding->buckets[i] && !used[i]) return std::nullopt;
+  const DType dtype = s.dtype;
+  const int64_t storage_numel = product(padded);
+  std::string key = "padded_view|" + stablehlo::mlir_name(dtype) + "|" + std::to_string(storage_numel) + "|" +
+                    dims_key(sizes) + ":" + dims_key(strides) + "@" + std::to_string(offset);
+  auto program = Runtime::get().program(key, [&] {
+    stablehlo::Builder b;
+    auto storage = b.parameter(TensorType{dtype, {storage_numel}});
+    auto out = lowering::strided_read(b, storage, sizes, strides, offset);
+    return std::make_pair(b.module({out}), std::vector<TensorType>{{dtype, {product(sizes)}}});
+  });
+  read.value = Runtime::get().execute(program, {s.value}, s.device, "bounded view read")[0];
+  read.stored = sizes;
+  for (int64_t j = 0; j < t.dim(); ++j) read.memory_dims.push_back(j);
+  return read;
+}
+
 }  // namespace
 
 std::vector<int64_t> PaddedRead::shape() const {
@@ -51,20 +112,25 @@ bool is_padded(const at::Tensor& t) { return storage_of(t).padding.has_value(); 
 
 std::optional<PaddedRead> padded_read(const at::Tensor& t) {
   const DeviceStorage& s = storage_of(t);
-  if (!s.padding || !s.value || to_dtype(t.scalar_type()) != s.dtype) return std::nullopt;
-  if (t.storage_offset() != 0 || t.numel() != product(s.padding->sizes) || t.numel() == 0) return std::nullopt;
-  // The tensor's dims in memory order (size-1 dims left out), densely laid out.
+  if (!s.padding || !s.value || to_dtype(t.scalar_type()) != s.dtype || t.numel() == 0) return std::nullopt;
+  if (t.storage_offset() != 0 || t.numel() != product(s.padding->sizes)) return box_read(t, s);
+  // The tensor's dims in memory order, densely laid out; size-1 dims only
+  // when contiguous (elsewhere their strides say nothing of their place).
+  const bool contiguous = t.is_contiguous();
   std::vector<int64_t> order;
   for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.size(d) != 1) order.push_back(d);
+    if (t.size(d) != 1 || contiguous) order.push_back(d);
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
   int64_t expected = 1;
   for (auto d = order.rbegin(); d != order.rend(); ++d) {
-    if (t.stride(*d) != expected) return std::nullopt;
+    if (t.size(*d) == 1) continue;
+    if (t.stride(*d) != expected) return box_read(t, s);
     expected *= t.size(*d);
   }
   // Each dim, in memory order, takes the storage's padded dims whose real
-  // sizes multiply to its size; a static one may split.
+  // sizes multiply to its size (a size-1 dim: those of size 1 next); a static
+  // one may split. Parts stay in the storage's order, so any such grouping
+  // reads the padded value right.
   std::vector<Part> storage = storage_parts(*s.padding);
   PaddedRead read;
   read.dims.resize(t.dim());
@@ -73,9 +139,12 @@ std::optional<PaddedRead> padded_read(const at::Tensor& t) {
     const int64_t size = t.size(d);
     int64_t have = 1;
     auto& parts = read.dims[d];
-    while (have < size || (next < storage.size() && storage[next].real == 1 && storage[next].bucket == 0)) {
+    bool took_bounded = false;  // a size-1 dim takes one bounded part of size 1
+    while (have < size || (next < storage.size() && storage[next].real == 1 &&
+                           (storage[next].bucket == 0 || (size == 1 && !took_bounded)))) {
       if (next >= storage.size()) return std::nullopt;
       Part p = storage[next];
+      took_bounded |= p.bucket != 0;
       if (have * p.real > size) {
         const int64_t want = size / have;
         if (p.bucket || size % have || p.real % want) return std::nullopt;
@@ -152,7 +221,7 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
     int64_t n = 1;
     for (const Part& p : parts) {
       padding.sizes.push_back(p.real);
-      padding.buckets.push_back(p.bucket);
+      padding.buckets.push_back(p.bucket > 1 ? p.bucket : 0);  // a bucket of 1 pads nothing
       n *= p.real;
     }
     sizes.push_back(n);
@@ -262,7 +331,7 @@ void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max) 
   runtime::Padding padding =
       s.padding.value_or(runtime::Padding{t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0)});
   const int64_t bucket = bucket_for(n, max);
-  if (padding.buckets[dim] == bucket) return;
+  if (padding.buckets[dim] == bucket || bucket == 1) return;  // a bucket of 1 pads nothing
   const bool was_bounded = padding.buckets[dim] != 0;
   padding.buckets[dim] = bucket;
   // Padded through the host: one copy each way, and no program per size.

@@ -1,4 +1,4 @@
-// Bounded dynamic shapes, the tensor side (DESIGN.md): padded storages, how a
+// Bounded dynamic shapes, the tensor side (README "Bounded dynamic shapes"): padded storages, how a
 // tensor over one is read padded, torch_tpu.mark_dynamic, host reads.
 #pragma once
 

@@ -230,12 +230,19 @@ struct Input {
   std::shared_ptr<const PaddedRead> padded;
 };
 
-// A call over padded tensors (DESIGN.md "Bounded dynamic shapes"): the real
+// A call over padded tensors (README "Bounded dynamic shapes"): the real
 // sizes of its bounded parts, one runtime int32 each ("symbols": parts of
 // one real size and bucket are one), and each argument's padded read.
 struct BoundedCall {
   std::vector<std::pair<int64_t, int64_t>> symbols;      // (real size, bucket)
   std::vector<std::shared_ptr<const PaddedRead>> reads;  // per argument, null when not padded
+  // Per argument that is a Tensor[] (cat's): per element, null when not padded.
+  std::vector<std::vector<std::shared_ptr<const PaddedRead>>> list_reads;
+  void add_symbols(const PaddedRead& read) {
+    for (const auto& parts : read.dims)
+      for (const Part& p : parts)
+        if (p.bucket && symbol(p) < 0) symbols.push_back({p.real, p.bucket});
+  }
   int symbol(const Part& p) const {
     for (size_t k = 0; k < symbols.size(); ++k)
       if (symbols[k] == std::make_pair(p.real, p.bucket)) return static_cast<int>(k);
@@ -1047,17 +1054,26 @@ std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, co
   // The arguments at their padded shapes (what the program is built for),
   // and at probe sizes (what maps output dims to input dims).
   std::vector<c10::IValue> padded_args(args), probe_args(args);
-  std::vector<std::vector<int64_t>> probe_shapes(args.size());
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (!call.reads[i]) continue;
-    const auto options = args[i].toTensor().options().device(at::kMeta);
-    padded_args[i] = at::empty(call.reads[i]->shape(), options);
-    for (const auto& parts : call.reads[i]->dims) {
+  std::vector<std::pair<const PaddedRead*, std::vector<int64_t>>> probes;  // each read's probe shape
+  auto stand_ins = [&](const at::Tensor& t, const PaddedRead& read) {
+    auto& shape = probes.emplace_back(&read, std::vector<int64_t>()).second;
+    for (const auto& parts : read.dims) {
       int64_t size = 1;
       for (const Part& p : parts) size *= p.bucket ? kProbe[call.symbol(p)] : p.real;
-      probe_shapes[i].push_back(size);
+      shape.push_back(size);
     }
-    probe_args[i] = at::empty(probe_shapes[i], options);
+    const auto options = t.options().device(at::kMeta);
+    return std::make_pair(at::empty(read.shape(), options), at::empty(shape, options));
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (call.reads[i]) std::tie(padded_args[i], probe_args[i]) = stand_ins(args[i].toTensor(), *call.reads[i]);
+    if (call.list_reads[i].empty()) continue;
+    std::vector<at::Tensor> padded_list = args[i].toTensorVector(), probe_list = padded_list;
+    for (size_t e = 0; e < padded_list.size(); ++e)
+      if (call.list_reads[i][e])
+        std::tie(padded_list[e], probe_list[e]) = stand_ins(padded_list[e], *call.list_reads[i][e]);
+    padded_args[i] = padded_list;
+    probe_args[i] = probe_list;
   }
   auto result = std::make_shared<BoundedProgram>();
   try {
@@ -1093,13 +1109,13 @@ std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, co
           parts.push_back({-1, probe});
           continue;
         }
-        for (size_t i = 0; i < args.size() && parts.empty(); ++i) {
-          if (!call.reads[i]) continue;
-          const auto shape = call.reads[i]->shape();
+        for (const auto& [read, probe_shape] : probes) {
+          const auto shape = read->shape();
           for (size_t d = 0; d < shape.size() && parts.empty(); ++d) {
-            if (probe_shapes[i][d] != probe || shape[d] != padded[j]) continue;
-            for (const Part& p : call.reads[i]->dims[d]) parts.push_back({p.bucket ? call.symbol(p) : -1, p.padded()});
+            if (probe_shape[d] != probe || shape[d] != padded[j]) continue;
+            for (const Part& p : read->dims[d]) parts.push_back({p.bucket ? call.symbol(p) : -1, p.padded()});
           }
+          if (!parts.empty()) break;
         }
         if (parts.empty()) throw lowering::NotBounded("an output dim no input dim explains");
       }
@@ -1144,18 +1160,27 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   const std::string& rule_op = plan.functional ? full_name(plan.functional->operator_name()) : plan.name;
   BoundedCall call;
   call.reads.resize(n);
+  call.list_reads.resize(n);
   bool readable = (functional || in_place) && (plan.pointwise || lowering::find_bounded_rule(rule_op));
-  for (size_t i = 0; i < n && readable; ++i) {
-    readable = !args[i].isTensorList() && !args[i].isOptionalTensorList();
-    if (!readable || !args[i].isTensor() || !padded(args[i].toTensor())) continue;
-    auto read = padded_read(args[i].toTensor());
+  auto read_padded = [&](const at::Tensor& t) -> std::shared_ptr<const PaddedRead> {
+    auto read = padded_read(t);
     readable = read.has_value();
-    if (!readable) break;
-    call.reads[i] = std::make_shared<const PaddedRead>(std::move(*read));
-    for (const auto& parts : call.reads[i]->dims)
-      for (const Part& p : parts)
-        if (p.bucket && call.symbol(p) < 0) call.symbols.push_back({p.real, p.bucket});
-    readable = call.symbols.size() <= kMaxSymbols;
+    if (!readable) return nullptr;
+    auto shared = std::make_shared<const PaddedRead>(std::move(*read));
+    call.add_symbols(*shared);
+    return shared;
+  };
+  for (size_t i = 0; i < n && readable; ++i) {
+    readable = !args[i].isOptionalTensorList();
+    if (readable && args[i].isTensorList()) {
+      const auto list = args[i].toTensorVector();
+      if (std::none_of(list.begin(), list.end(), padded)) continue;
+      for (size_t e = 0; e < list.size() && readable; ++e)
+        call.list_reads[i].push_back(padded(list[e]) ? read_padded(list[e]) : nullptr);
+    } else if (readable && args[i].isTensor() && padded(args[i].toTensor())) {
+      call.reads[i] = read_padded(args[i].toTensor());
+    }
+    readable = readable && call.symbols.size() <= kMaxSymbols;
   }
   if (!readable) {
     runtime.count("bounded_exact::" + plan.name);
@@ -1166,24 +1191,36 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   std::vector<Input> inputs;
   std::optional<c10::Device> device;
   std::vector<bool> dynamic(n, false);
+  // A padded tensor's part of the key: its padded shape, memory order and parts.
+  auto describe_padded = [&](const at::Tensor& t, const std::shared_ptr<const PaddedRead>& read) {
+    if (device && *device != t.device()) device_mismatch(plan.name, *device, t.device());
+    device = t.device();
+    key += "P" + stablehlo::mlir_name(to_dtype(t.scalar_type())) + "[" + dims_key(read->stored) + "/" +
+           dims_key(read->memory_dims) + "]{";
+    for (const auto& parts : read->dims) {
+      for (const Part& p : parts)
+        key += p.bucket ? "s" + std::to_string(call.symbol(p)) + "/" + std::to_string(p.bucket) + "*"
+                        : std::to_string(p.real) + "*";
+      key += ",";
+    }
+    key += "};";
+    inputs.push_back({at::empty(read->shape(), t.options().device(at::kMeta)), false, false, read});
+  };
   for (size_t i = 0; i < n; ++i) {
     dynamic[i] = scalar_use(plan, i, args[i]) == ScalarUse::Dynamic;
     if (dynamic[i]) {
       describe_dynamic(args[i], key, inputs);
-    } else if (const auto& read = call.reads[i]) {
-      const at::Tensor& t = args[i].toTensor();
-      if (device && *device != t.device()) device_mismatch(plan.name, *device, t.device());
-      device = t.device();
-      key += "P" + stablehlo::mlir_name(to_dtype(t.scalar_type())) + "[" + dims_key(read->stored) + "/" +
-             dims_key(read->memory_dims) + "]{";
-      for (const auto& parts : read->dims) {
-        for (const Part& p : parts)
-          key += p.bucket ? "s" + std::to_string(call.symbol(p)) + "/" + std::to_string(p.bucket) + "*"
-                          : std::to_string(p.real) + "*";
-        key += ",";
-      }
-      key += "};";
-      inputs.push_back({at::empty(read->shape(), t.options().device(at::kMeta)), false, false, read});
+    } else if (call.reads[i]) {
+      describe_padded(args[i].toTensor(), call.reads[i]);
+    } else if (!call.list_reads[i].empty()) {
+      key += "L";
+      const auto list = args[i].toTensorVector();
+      for (size_t e = 0; e < list.size(); ++e)
+        if (call.list_reads[i][e])
+          describe_padded(list[e], call.list_reads[i][e]);
+        else
+          describe(list[e], false, plan.name, key, inputs, device);
+      key += ";";
     } else {
       describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
     }

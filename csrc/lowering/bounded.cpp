@@ -1,4 +1,4 @@
-// Bounded dynamic shapes in the lowering (DESIGN.md): how an op that is not
+// Bounded dynamic shapes in the lowering (README "Bounded dynamic shapes"): how an op that is not
 // pointwise treats the padding of its padded inputs. A pointwise op needs no
 // rule: padding stays padding. An op that reduces or contracts over a bounded
 // dim first fills the padding with what does not change its result (0 for a
@@ -162,6 +162,8 @@ BOUNDED("aten::mm", filled("aten::mm", {0, 1}, kZero));
 BOUNDED("aten::bmm", filled("aten::bmm", {0, 1}, kZero));
 BOUNDED("aten::addmm", filled("aten::addmm", {1, 2}, kZero));
 BOUNDED("aten::embedding", filled("aten::embedding", {1}, kZero));
+// Along a static dim; along a bounded one the output's size (a sum of sizes) is no bucket: exact.
+BOUNDED("aten::cat", filled("aten::cat", {}, kZero));
 BOUNDED("aten::embedding_dense_backward", embedding_backward_rows("aten::embedding_dense_backward"));
 BOUNDED("aten::native_layer_norm", layer_norm_rows("aten::native_layer_norm", 0, 1, {}));
 BOUNDED("aten::native_layer_norm_backward", layer_norm_rows("aten::native_layer_norm_backward", 1, 2, {0, 1, 3, 4}));

@@ -57,7 +57,7 @@ struct NeedsStaticScalar {
   int arg;
 };
 
-// Bounded dynamic shapes (DESIGN.md): a tensor argument read padded. Each of
+// Bounded dynamic shapes (README): a tensor argument read padded. Each of
 // its dims is the row-major merge of one or more padded parts; a bounded
 // part's real size is a runtime value, and the elements past it are padding
 // of any value.

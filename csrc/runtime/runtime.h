@@ -38,7 +38,7 @@ int64_t positive_env(const char* name, int64_t fallback, const std::string& unit
 // until something writes the storage. Buffers are immutable values: a write
 // computes a new buffer and swaps it in, so every alias sees it.
 //
-// A bounded storage (torch_tpu.mark_dynamic, DESIGN.md "Bounded dynamic
+// A bounded storage (torch_tpu.mark_dynamic, README "Bounded dynamic
 // shapes") holds a row-major tensor of padding->sizes laid out row-major in
 // padding->padded(): a bounded dim takes its bucket's size, and the elements
 // past its real size are padding of any value. Programs over it are compiled

@@ -1,0 +1,177 @@
+"""Bounded dynamic shapes: torch_tpu.mark_dynamic pads a dim to a bucket, and ops
+over padded tensors compile one program per bucket, not one per size.
+
+Every test compares with CPU PyTorch for sizes 1..bound, bucket edges included,
+and checks through the metrics that the ops ran padded (bounded_ops,
+bounded_exact::<op> for an op that read exact shapes, bucket_compiles).
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+
+BOUND = 32
+SIZES = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32]  # buckets 1, 2, 4, 8, 16, 32
+BUCKETS = 6
+
+
+def marked(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    return torch_tpu.mark_dynamic(x.to("tpu"), dim, max=BOUND)
+
+
+def exact_ops() -> dict:
+    return {k: v for k, v in torch_tpu.metrics().items() if k.startswith("bounded_exact::")}
+
+
+def close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    torch.testing.assert_close(a.cpu(), b, atol=tol, rtol=tol)
+
+
+H = 6
+W = torch.randn(H, 5)
+B3 = torch.randn(H)
+# Each family: a function of x [3, n, H] (float32), run on tpu with dim 1 bounded and on CPU.
+FAMILIES = {
+    "unary": lambda x: torch.exp(x).tanh() + F.gelu(x) + x.relu(),
+    "binary_broadcast": lambda x: x * B3.to(x.device) - x / 2 + torch.maximum(x, x.new_zeros(1)),
+    "compare_where": lambda x: torch.where(x > 0, x, -x) + (x >= 0.5).float(),
+    "promotion": lambda x: (x.to(torch.bfloat16) * 3).float() + x.double().float(),
+    "sum_bounded_dim": lambda x: x.sum(1),
+    "sum_static_dim": lambda x: x.sum(-1, keepdim=True),
+    "sum_all": lambda x: x.sum(),
+    "mean": lambda x: x.mean(1) + x.mean(),
+    "amax_amin": lambda x: x.amax(1) - x.amin(1),
+    "softmax_bounded_dim": lambda x: torch.softmax(x, dim=1) + F.log_softmax(x, dim=1),
+    "softmax_static_dim": lambda x: torch.softmax(x, dim=-1),
+    "matmul_rows": lambda x: x @ W.to(x.device),
+    "linear": lambda x: F.linear(x, W.t().contiguous().to(x.device), B3[:5].to(x.device)),
+    "matmul_contracting": lambda x: x.transpose(1, 2) @ x,
+    "attention": lambda x: torch.softmax(x @ x.transpose(1, 2), -1) @ x,
+    "layer_norm": lambda x: F.layer_norm(x, (H,)),
+    "views": lambda x: x.reshape(3 * x.shape[1], H).t().contiguous().view(H, 3, -1).sum(-1),
+    "in_place": lambda x: x.clone().mul_(2).add_(1),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_family_over_a_bounded_dim_matches_cpu_and_compiles_per_bucket(family):
+    f = FAMILIES[family]
+    torch.manual_seed(0)
+    torch_tpu.reset_metrics()
+    for n in SIZES:
+        x = torch.randn(3, n, H)
+        close(f(marked(x)), f(x), 1e-2 if family == "promotion" else 1e-5)
+    m = torch_tpu.metrics()
+    assert exact_ops() == {}, "ops that left the padded path"
+    assert m.get("bounded_ops", 0) > 0 and m.get("bounded_unpads", 0) == 0
+    # New sizes in buckets already seen build no program.
+    for n in [6, 10, 12, 20, 30]:
+        x = torch.randn(3, n, H)
+        close(f(marked(x)), f(x), 1e-2 if family == "promotion" else 1e-5)
+    assert torch_tpu.metrics()["bucket_compiles"] == m["bucket_compiles"]
+
+
+class Tiny(nn.Module):
+    def __init__(self, vocab=40, hidden=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, hidden)
+        self.ln = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, ids):
+        x = self.ln(self.emb(ids))
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        a = torch.softmax(q @ k.transpose(1, 2) / 4, dim=-1)
+        return self.out(F.gelu(a @ v) + x)
+
+
+def test_a_training_step_over_bounded_token_ids_matches_cpu_and_stays_padded():
+    torch.manual_seed(0)
+    cpu = Tiny()
+    tpu = Tiny().to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    torch_tpu.reset_metrics()
+    for n in [3, 9, 16, 5]:
+        ids = torch.randint(0, 40, (2, n))
+        labels = torch.randint(0, 40, (2, n))
+        ref = F.cross_entropy(cpu(ids).reshape(-1, 40), labels.reshape(-1))
+        ref.backward()
+        got = F.cross_entropy(tpu(marked(ids)).reshape(-1, 40), marked(labels).reshape(-1))
+        got.backward()
+        close(got.detach(), ref.detach(), 1e-5)
+        for p, q in zip(tpu.parameters(), cpu.parameters(), strict=True):
+            close(p.grad, q.grad, 1e-4)
+    assert exact_ops() == {}
+    assert torch_tpu.metrics()["bounded_ops"] > 50
+
+
+def test_a_bounded_loop_in_fused_mode_compiles_one_window_per_bucket():
+    def step(x):
+        return (torch.softmax(x * 2, dim=1) * x).sum(1)
+
+    with torch_tpu.set_eager_mode("fused"):
+        torch_tpu.reset_metrics()
+        for n in [17, 20, 25, 31, 32, 18, 3, 4]:  # buckets 32 and 4
+            x = torch.randn(2, n, 4)
+            close(step(marked(x)), step(x))
+        m = torch_tpu.metrics()
+    assert m["fused_window_compiles"] <= 2 + 2, m  # a window per bucket (and its flush shape)
+    assert exact_ops() == {}
+
+
+def test_ops_without_a_bounded_rule_read_the_real_elements():
+    torch.manual_seed(0)
+    torch_tpu.reset_metrics()
+    for n in [3, 6]:
+        x = torch.randn(2, n)
+        t = marked(x)
+        close(torch.cumsum(t, 1), torch.cumsum(x, 1))
+        close(t.flip(1), x.flip(1))
+        close(torch.sort(t, 1).values, torch.sort(x, 1).values)
+        close(t[:, 1:] * 2, x[:, 1:] * 2)  # a view that is not the whole storage
+    assert exact_ops()  # named in the metrics
+    assert torch_tpu.metrics()["bounded_unpads"] > 0
+
+
+def test_writes_into_a_padded_tensor_and_host_reads():
+    x = torch.arange(12.0).view(2, 6)
+    t = marked(x)
+    assert torch_tpu._C._padded_shape(t) == [2, 8]
+    assert t.shape == (2, 6) and t.tolist() == x.tolist()
+    assert "tpu" in repr(t) and "11." in repr(t) and "0., 0." not in repr(t)[len("tensor([[0., 1.") :]
+    t[:, 0] = -1.0  # a partial write: the storage becomes plain, every element kept
+    x[:, 0] = -1.0
+    assert t.tolist() == x.tolist() and torch_tpu._C._padded_shape(t) is None
+    u = marked(x.clone())
+    u.copy_(torch.ones(2, 6))  # a whole write replaces the padded value
+    assert u.cpu().tolist() == torch.ones(2, 6).tolist()
+    assert t.sum().item() == x.sum().item()
+
+
+def test_debug_nan_check_sees_only_real_elements():
+    x = torch.rand(2, 5) + 0.5
+    with torch_tpu.set_eager_mode("debug", check_nan=True):
+        t = marked(x)
+        close(torch.log(t), torch.log(x))  # the padding (zeros) would be -inf
+        with pytest.raises(RuntimeError, match="NaN or Inf"):
+            torch.log(t - t).sum().item()
+
+
+def test_mark_dynamic_refuses_bad_input():
+    t = torch.zeros(2, 40, device="tpu")
+    with pytest.raises(
+        RuntimeError, match=r"dim 1 of the tensor of shape \[2, 40\] has size 40, above its declared bound max=32"
+    ):
+        torch_tpu.mark_dynamic(t, 1, max=32)
+    with pytest.raises(RuntimeError, match="expected a tpu tensor, got one on cpu"):
+        torch_tpu.mark_dynamic(torch.zeros(2, 3), 1, max=8)
+    with pytest.raises(IndexError, match="dim 2 is out of range for a tensor of shape"):
+        torch_tpu.mark_dynamic(t, 2, max=64)
+    with pytest.raises(RuntimeError, match="view of a larger storage"):
+        torch_tpu.mark_dynamic(t[:, :5], 1, max=64)
+    assert t.sum().item() == 0  # the process stays usable
