@@ -36,8 +36,8 @@ int64_t padding_bytes_of(const DeviceStorage& s) {
 }
 
 // A view of a padded storage that is a box of it (x[..., a:b], x.chunk(),
-// an expand): its dims step along single storage dims and take the bounded
-// ones whole. Read by a strided read of the padded value (a program per
+// an expand, a static dim split in several): each of its dims steps along one
+// storage dim, and a bounded one is taken whole by one dim. Read by a strided read of the padded value (a program per
 // bucket); nullopt for any other view.
 std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) {
   const auto& real = s.padding->sizes;
@@ -56,7 +56,8 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
   }
   PaddedRead read;
   std::vector<int64_t> sizes, strides;
-  std::vector<bool> used(rank, false);
+  std::vector<int64_t> last(start);  // per storage dim, the last index the view reaches
+  std::vector<bool> bounded_used(rank, false);
   for (int64_t j = 0; j < t.dim(); ++j) {
     const int64_t size = t.size(j), stride = t.stride(j);
     auto& parts = read.dims.emplace_back();
@@ -68,18 +69,20 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
     }
     size_t i = 0;
     while (i < rank && real_strides[i] > stride) ++i;
-    if (i == rank || stride % real_strides[i] || used[i]) return std::nullopt;
+    if (i == rank || stride % real_strides[i]) return std::nullopt;
     const int64_t step = stride / real_strides[i];
-    if (start[i] + (size - 1) * step >= real[i]) return std::nullopt;
-    used[i] = true;
+    last[i] += (size - 1) * step;
+    if (last[i] >= real[i]) return std::nullopt;
     const int64_t bucket = s.padding->buckets[i];
-    if (bucket && (step != 1 || start[i] != 0 || size != real[i])) return std::nullopt;  // a bounded dim is taken whole
+    if (bucket && (bounded_used[i] || step != 1 || start[i] != 0 || size != real[i]))
+      return std::nullopt;  // a bounded dim is taken whole
+    bounded_used[i] = bucket != 0;
     parts.push_back({size, bucket});
     sizes.push_back(parts.back().padded());
     strides.push_back(step * padded_strides[i]);
   }
   for (size_t i = 0; i < rank; ++i)
-    if (s.padding->buckets[i] && !used[i]) return std::nullopt;
+    if (s.padding->buckets[i] && !bounded_used[i]) return std::nullopt;
   const DType dtype = s.dtype;
   const int64_t storage_numel = product(padded);
   std::string key = "padded_view|" + stablehlo::mlir_name(dtype) + "|" + std::to_string(storage_numel) + "|" +
@@ -231,6 +234,7 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
   s.padding = std::move(padding);
   const int64_t bytes = padding_bytes_of(s);
   Runtime::get().count("padded_elements", bytes / static_cast<int64_t>(stablehlo::byte_size(s.dtype)));
+  Runtime::get().count("bounded_real_elements", product(s.padding->sizes));
   set_padding_bytes(s, bytes);
   return t;
 }

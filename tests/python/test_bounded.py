@@ -18,8 +18,8 @@ SIZES = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32]  # buckets 1, 2, 4, 8, 16, 
 BUCKETS = 6
 
 
-def marked(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
-    return torch_tpu.mark_dynamic(x.to("tpu"), dim, max=BOUND)
+def marked(x: torch.Tensor, dim: int = 1, bound: int = BOUND) -> torch.Tensor:
+    return torch_tpu.mark_dynamic(x.to("tpu"), dim, max=bound)
 
 
 def exact_ops() -> dict:
@@ -175,3 +175,33 @@ def test_mark_dynamic_refuses_bad_input():
     with pytest.raises(RuntimeError, match="view of a larger storage"):
         torch_tpu.mark_dynamic(t[:, :5], 1, max=64)
     assert t.sum().item() == 0  # the process stays usable
+
+
+def test_a_fused_training_loop_over_random_lengths_compiles_a_window_per_bucket():
+    torch.manual_seed(0)
+    cpu = Tiny()
+    tpu = Tiny().to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    opt_cpu = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
+    opt_tpu = torch.optim.AdamW(tpu.parameters(), lr=1e-2)
+    lengths = torch.randint(1, 65, (30,), generator=torch.Generator().manual_seed(2)).tolist()
+    with torch_tpu.set_eager_mode("fused"):
+        torch_tpu.reset_metrics()
+        for n in lengths:
+            ids = torch.randint(0, 40, (2, n + 1))
+            x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+            for model, opt, (a, b) in (
+                (cpu, opt_cpu, (x, y)),
+                (tpu, opt_tpu, (marked(x, bound=64), marked(y, bound=64))),
+            ):
+                loss = F.cross_entropy(model(a).reshape(-1, 40), b.reshape(-1))
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                if model is cpu:
+                    expected = loss.item()
+            torch.testing.assert_close(loss.item(), expected, atol=1e-4, rtol=1e-4)
+        m = torch_tpu.metrics()
+    assert len({(n - 1).bit_length() for n in lengths}) <= 7  # buckets of 1..64
+    assert m["fused_window_compiles"] <= 10, m["fused_window_compiles"]
+    assert exact_ops() == {}
