@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <unordered_map>
 
 namespace torch_tpu::aten {
 namespace {
@@ -33,6 +34,18 @@ int64_t padding_bytes_of(const DeviceStorage& s) {
   if (!s.padding) return 0;
   return (product(s.padding->padded()) - product(s.padding->sizes)) *
          static_cast<int64_t>(stablehlo::byte_size(s.dtype));
+}
+
+// Pads the real tensor `real` (host, contiguous) into a new value for `s`.
+void store_padded(DeviceStorage& s, const at::Tensor& real, runtime::Padding padding) {
+  at::Tensor host = at::zeros(padding.padded(), real.options());
+  at::Tensor window = host;
+  for (int64_t d = 0; d < real.dim(); ++d) window = window.narrow(d, 0, real.size(d));
+  window.copy_(real);
+  s.value = upload(host, s.device);
+  s.dtype = to_dtype(real.scalar_type());
+  s.padding = std::move(padding);
+  set_padding_bytes(s, padding_bytes_of(s));
 }
 
 // A view of a padded storage that is a box of it (x[..., a:b], x.chunk(),
@@ -94,6 +107,7 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
     return std::make_pair(b.module({out}), std::vector<TensorType>{{dtype, {product(sizes)}}});
   });
   read.value = Runtime::get().execute(program, {s.value}, s.device, "bounded view read")[0];
+  read.whole = false;
   read.stored = sizes;
   for (int64_t j = 0; j < t.dim(); ++j) read.memory_dims.push_back(j);
   return read;
@@ -189,6 +203,7 @@ stablehlo::Value padded_value(stablehlo::Builder& b, const stablehlo::Value& fla
 pjrt::BufferPtr unpadded_value(const DeviceStorage& s) {
   const auto padded = s.padding->padded();
   const auto& sizes = s.padding->sizes;
+  if (padded == sizes) return s.value;  // every bucket full: the value is the real elements
   const DType dtype = s.dtype;
   std::string key = "unpad|" + stablehlo::mlir_name(dtype) + "|" + dims_key(padded) + "|" + dims_key(sizes);
   auto program = Runtime::get().program(key, [&] {
@@ -339,16 +354,61 @@ void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max) 
   const bool was_bounded = padding.buckets[dim] != 0;
   padding.buckets[dim] = bucket;
   // Padded through the host: one copy each way, and no program per size.
-  at::Tensor real = s.padding ? download_padded(s).view(t.sizes()) : download(t);
-  at::Tensor host = at::zeros(padding.padded(), real.options());
-  at::Tensor window = host;
-  for (int64_t d = 0; d < t.dim(); ++d) window = window.narrow(d, 0, t.size(d));
-  window.copy_(real);
-  s.value = upload(host, s.device);
-  s.dtype = to_dtype(t.scalar_type());
-  s.padding = std::move(padding);
-  set_padding_bytes(s, padding_bytes_of(s));
+  store_padded(s, s.padding ? download_padded(s).view(t.sizes()) : download(t), std::move(padding));
   if (!was_bounded) Runtime::get().count("dynamic_dims");
+}
+
+namespace {
+
+constexpr size_t kAutoAfter = 3;
+
+// The bounded dims of host-to-device copies of `host`'s dtype and shape
+// (per dim: its bucket, or 0), counting `host`'s sizes first.
+std::vector<int64_t> auto_buckets(const at::Tensor& host) {
+  struct Class {
+    std::vector<int64_t> sizes;  // distinct, up to kAutoAfter
+    bool bounded = false;
+  };
+  static std::mutex mutex;
+  static std::unordered_map<std::string, Class> classes;
+  std::vector<int64_t> buckets(static_cast<size_t>(host.dim()), 0);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (int64_t d = 0; d < host.dim(); ++d) {
+    std::string name = std::string(c10::getDtypeNames(host.scalar_type()).first) + "[";
+    for (int64_t k = 0; k < host.dim(); ++k) name += (k ? ", " : "") + (k == d ? "*" : std::to_string(host.size(k)));
+    name += "]";
+    Class& c = classes[name];
+    const int64_t n = host.size(d);
+    if (!c.bounded && std::find(c.sizes.begin(), c.sizes.end(), n) == c.sizes.end()) {
+      c.sizes.push_back(n);
+      if (c.sizes.size() >= kAutoAfter) {
+        c.bounded = true;
+        Runtime::get().count("dynamic_dims");
+        Runtime::get().count("dynamic_dim::copy " + name + " dim " + std::to_string(d));
+        TORCH_WARN("torch_tpu: dim ", d, " of ", name, " tensors copied to tpu took ", kAutoAfter, " sizes (",
+                   dims_key(c.sizes),
+                   "): it is bounded from now on, padded to power-of-two buckets, so the ops over it compile once "
+                   "per bucket, not once per size. torch_tpu.mark_dynamic(t, ",
+                   d, ", max=...) declares it ahead; TORCH_TPU_DYNAMIC=off keeps exact shapes.");
+      }
+    }
+    if (c.bounded && n > 1) buckets[d] = bucket_for(n, std::nullopt);
+  }
+  return buckets;
+}
+
+}  // namespace
+
+bool upload_bounded(const at::Tensor& host, const at::Tensor& dst) {
+  if (!dynamic_shapes_enabled() || host.numel() == 0 || host.dim() == 0) return false;
+  const auto buckets = auto_buckets(host);
+  if (std::all_of(buckets.begin(), buckets.end(), [](int64_t b) { return b == 0; })) return false;
+  DeviceStorage& s = storage_of(dst);
+  if (!dst.is_contiguous() || dst.storage_offset() != 0 || static_cast<size_t>(dst.nbytes()) != s.nbytes ||
+      dst.sizes() != host.sizes() || dst.scalar_type() != host.scalar_type())
+    return false;
+  store_padded(s, host, runtime::Padding{host.sizes().vec(), buckets});
+  return true;
 }
 
 pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes, int device) {

@@ -26,6 +26,7 @@ struct PaddedRead {
   std::vector<int64_t> stored;         // the value's shape, the tensor's dims (size-1 dims left out) in memory order
   std::vector<int64_t> memory_dims;    // the tensor dim of each stored dim
   PaddedDims dims;                     // per tensor dim
+  bool whole = true;                   // the tensor is its whole storage (not a box of it: then `value` is a copy)
   std::vector<int64_t> shape() const;  // per tensor dim, its padded size
 };
 
@@ -59,6 +60,13 @@ bool dynamic_shapes_enabled();
 int64_t bucket_for(int64_t n, std::optional<int64_t> max);
 // torch_tpu.mark_dynamic(t, dim, max): t's storage becomes padded in `dim`.
 void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max);
+// Copies a contiguous host tensor into `dst` (a tpu tensor that is its whole
+// storage, of the same sizes) padded in the dims that copies of its dtype
+// and shape have turned bounded: a dim that took kAutoAfter distinct sizes
+// across such copies (the others equal) is bounded from then on, with a
+// warning once. False (nothing copied) when no dim is bounded.
+bool upload_bounded(const at::Tensor& host, const at::Tensor& dst);
+
 // The real sizes of a bounded call's symbols as an int32[k] device buffer (cached).
 pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes, int device);
 

@@ -1042,7 +1042,7 @@ struct BoundedProgram {
 // The program of a bounded call and its outputs' parts, built on the first
 // call of `key`; null when the op cannot run on these padded values.
 std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, const c10::OperatorHandle& op,
-                                                      const OpPlan& plan, const std::vector<c10::IValue>& args,
+                                                      OpPlan& plan, const std::vector<c10::IValue>& args,
                                                       const std::vector<Input>& inputs,
                                                       const std::vector<bool>& dynamic, const BoundedCall& call) {
   static std::mutex mutex;
@@ -1120,8 +1120,12 @@ std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, co
         if (parts.empty()) throw lowering::NotBounded("an output dim no input dim explains");
       }
     }
-  } catch (const lowering::NeedsStaticScalar&) {
-    throw;
+  } catch (const lowering::NeedsStaticScalar& e) {
+    // The rule needs this Scalar's value at compile time: keyed on it from
+    // now on (the exact path runs this call; the next one has another key).
+    std::lock_guard<std::mutex> lock(scalar_mutex);
+    plan.scalar_use.at(e.arg) = ScalarUse::Static;
+    return nullptr;
   } catch (const std::exception& e) {
     if (std::getenv("TORCH_TPU_DEBUG_BOUNDED")) std::fprintf(stderr, "bounded %s: %s\n", key.c_str(), e.what());
     result = nullptr;  // the exact path runs it (and raises PyTorch's error, if any)
@@ -1234,9 +1238,9 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
     if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !f64) in.tensor = in.tensor.to(at::kFloat);
   inputs.push_back({at::empty({static_cast<int64_t>(call.symbols.size())}, at::kInt), true});  // the real sizes
 
-  if (in_place) {
+  if (in_place) {  // self's value is its storage's, in row-major order
     const auto& order = call.reads[0]->memory_dims;
-    if (!std::is_sorted(order.begin(), order.end())) {
+    if (!call.reads[0]->whole || !std::is_sorted(order.begin(), order.end())) {
       runtime.count("bounded_exact::" + plan.name);
       return false;
     }

@@ -147,6 +147,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (dst.device().type() == kTpu) {  // host (or another tpu) -> tpu
     at::Tensor host = src.device().type() == kTpu ? download(src) : src;
     host = host.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    if (src.device().type() != kTpu && upload_bounded(host, dst)) return dst;
     write_dense(dst, upload(host, device_index(dst)));
     return dst;
   }

@@ -6,6 +6,11 @@ and checks through the metrics that the ops ran padded (bounded_ops,
 bounded_exact::<op> for an op that read exact shapes, bucket_compiles).
 """
 
+import os
+import subprocess
+import sys
+import warnings
+
 import pytest
 import torch
 import torch.nn as nn
@@ -205,3 +210,80 @@ def test_a_fused_training_loop_over_random_lengths_compiles_a_window_per_bucket(
     assert len({(n - 1).bit_length() for n in lengths}) <= 7  # buckets of 1..64
     assert m["fused_window_compiles"] <= 10, m["fused_window_compiles"]
     assert exact_ops() == {}
+
+
+def test_a_dim_that_took_three_sizes_in_copies_to_tpu_turns_bounded_with_one_warning():
+    torch.manual_seed(0)
+    torch_tpu.reset_metrics()
+    # float64[13, *]: a shape class no other test copies.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = [torch.randn(13, n, dtype=torch.float64).to("tpu") for n in (5, 9, 17, 20)]
+    assert [torch_tpu._C._padded_shape(t) for t in first] == [None, None, [13, 32], [13, 32]]
+    messages = [str(w.message) for w in caught if "copied to tpu" in str(w.message)]
+    assert len(messages) == 1 and "dim 1 of float64[13, *] tensors copied to tpu took 3 sizes (5,9,17)" in messages[0]
+    m = torch_tpu.metrics()
+    assert m["dynamic_dims"] == 1 and m["dynamic_dim::copy float64[13, *] dim 1"] == 1
+    before = m.get("bucket_compiles", 0)
+    for n in (18, 25, 31, 33, 40, 64):  # buckets 32 and 64
+        x = torch.randn(13, n, dtype=torch.float64)
+        close((x.to("tpu").exp() * 2).sum(1), (x.exp() * 2).sum(1))
+    assert torch_tpu.metrics()["bucket_compiles"] - before <= 2 * 3  # exp, mul, sum per bucket
+    assert exact_ops() == {}
+
+
+def test_dynamic_off_keeps_exact_shapes():
+    code = (
+        "import torch, torch_tpu\n"
+        "ts = [torch.zeros(3, n).to('tpu') for n in (2, 3, 5, 7)]\n"
+        "t = torch_tpu.mark_dynamic(torch.zeros(3, 6, device='tpu'), 1, max=8)\n"
+        "assert all(torch_tpu._C._padded_shape(x) is None for x in ts + [t])\n"
+        "try:\n"
+        "    torch_tpu.mark_dynamic(torch.zeros(3, 9, device='tpu'), 1, max=8)\n"
+        "except RuntimeError as e:\n"
+        "    assert 'above its declared bound max=8' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('no error')\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, TORCH_TPU_DYNAMIC="off")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_a_padded_tensor_behaves_as_its_real_elements_everywhere(tmp_path):
+    import copy
+
+    x = torch.arange(15.0).view(3, 5)
+    t = marked(x)
+    assert t.untyped_storage().nbytes() == 15 * 4
+    assert t.t().cpu().tolist() == x.t().tolist()  # a transposed read, cut on the host
+    assert t.t().contiguous().cpu().tolist() == x.t().contiguous().tolist()
+    assert t.to(torch.float16).cpu().tolist() == x.to(torch.float16).tolist()
+    assert t.view(torch.int32).cpu().tolist() == x.view(torch.int32).tolist()  # a reinterpreting view
+    assert copy.deepcopy(t).cpu().tolist() == x.tolist()
+    torch.save(t, tmp_path / "t.pt")
+    assert torch.load(tmp_path / "t.pt").cpu().tolist() == x.tolist()
+    u = marked(x.clone())
+    u[1].add_(100)  # an in-place op on a view of a row
+    y = x.clone()
+    y[1].add_(100)
+    assert u.cpu().tolist() == y.tolist()
+    v = marked(x.clone())
+    v.resize_(4, 5)  # grows as plain bytes, the old elements kept
+    assert v[:3].cpu().tolist() == x.tolist()
+    w = torch.empty(0, device="tpu").set_(t.untyped_storage(), 0, (5, 3), (3, 1))
+    assert w.cpu().tolist() == x.view(5, 3).tolist()
+
+
+def test_padded_and_plain_ops_share_a_fused_window():
+    x = torch.randn(4, 6)
+    z = torch.randn(4, 1)
+    with torch_tpu.set_eager_mode("fused"):
+        torch_tpu.reset_metrics()
+        t = marked(x)
+        out = (torch.softmax(t, 1) * z.to("tpu")).sum(1) + z.to("tpu").squeeze(1).exp()
+        got = out.cpu()
+        m = torch_tpu.metrics()
+    close(got, (torch.softmax(x, 1) * z).sum(1) + z.squeeze(1).exp())
+    assert m["fused_flushes"] == 1
