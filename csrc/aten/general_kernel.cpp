@@ -1134,6 +1134,114 @@ std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, co
   return programs.emplace(key, result).first->second;
 }
 
+// cat along a bounded dim (a KV cache that grows by a token): the output's
+// real size there is the sum of the inputs', padded to its own bucket. Each
+// input is written at the running sum of the real sizes before it (a runtime
+// offset), padding and all, into scratch room for every input's padded size;
+// what an input's padding spills is overwritten by the next input or lies in
+// the output's padding. A program per input buckets and output bucket.
+// False when the call is no such cat (the general path decides).
+bool bounded_cat(const OpPlan& plan, const std::vector<c10::IValue>& args, const BoundedCall& call,
+                 torch::jit::Stack* stack) {
+  if (plan.name != "aten::cat" || args.size() != 2 || !args[1].isInt() || call.list_reads[0].empty()) return false;
+  const auto list = args[0].toTensorVector();
+  const int64_t rank = list[0].dim();
+  if (rank == 0) return false;
+  const int64_t dim = args[1].toInt() < 0 ? args[1].toInt() + rank : args[1].toInt();
+  // Per input: its padded shape and its parts (a plain input's are static).
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<PaddedDims> dims;
+  bool grows = false;
+  for (size_t e = 0; e < list.size(); ++e) {
+    const at::Tensor& t = list[e];
+    if (t.dim() != rank || t.scalar_type() != list[0].scalar_type() || t.device() != list[0].device() ||
+        t.numel() == 0 || dim < 0 || dim >= rank)
+      return false;
+    if (const auto& read = call.list_reads[0][e]) {
+      shapes.push_back(read->shape());
+      dims.push_back(read->dims);
+    } else {
+      shapes.push_back(t.sizes().vec());
+      auto& parts = dims.emplace_back();
+      for (int64_t size : t.sizes()) parts.push_back({Part{size, 0}});
+    }
+    if (dims.back()[dim].size() != 1) return false;
+    grows |= dims.back()[dim][0].bucket != 0;
+  }
+  if (!grows) return false;
+  for (size_t e = 1; e < list.size(); ++e)  // the other dims alike
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d == dim) continue;
+      const auto &a = dims[0][d], &b = dims[e][d];
+      if (a.size() != b.size() || shapes[0][d] != shapes[e][d]) return false;
+      for (size_t j = 0; j < a.size(); ++j)
+        if (a[j].real != b[j].real || a[j].bucket != b[j].bucket) return false;
+    }
+  int64_t total = 0, room = 0;
+  for (size_t e = 0; e < list.size(); ++e) {
+    total += list[e].size(dim);
+    room += shapes[e][dim];
+  }
+  const int64_t bucket = bucket_for(total, std::nullopt);
+  room = std::max(room, bucket);
+  const DType dtype = to_dtype(list[0].scalar_type());
+  std::string key = "bounded_cat|" + stablehlo::mlir_name(dtype) + "|" + std::to_string(dim) + "|";
+  for (size_t e = 0; e < list.size(); ++e) {
+    key += "[" + dims_key(shapes[e]) + "]";
+    if (const auto& read = call.list_reads[0][e])
+      key += "P" + dims_key(read->stored) + "/" + dims_key(read->memory_dims);
+    const Part& p = dims[e][dim][0];
+    key += p.bucket ? "s" + std::to_string(call.symbol(p)) : "";
+    key += ";";
+  }
+  key += "|" + std::to_string(bucket) + "#" + std::to_string(call.symbols.size());
+  auto program = Runtime::get().program(key, [&] {
+    Runtime::get().count("bucket_compiles");
+    stablehlo::Builder b;
+    std::vector<stablehlo::Value> xs;
+    for (size_t e = 0; e < list.size(); ++e)
+      xs.push_back(b.parameter(TensorType{dtype, {c10::multiply_integers(shapes[e])}}));
+    auto sizes = b.parameter(TensorType{DType::Int32, {static_cast<int64_t>(call.symbols.size())}});
+    for (size_t e = 0; e < list.size(); ++e) {
+      const auto& read = call.list_reads[0][e];
+      xs[e] = read ? padded_value(b, xs[e], *read) : b.reshape(xs[e], shapes[e]);
+    }
+    std::vector<int64_t> scratch_shape = shapes[0];
+    scratch_shape[dim] = room;
+    auto out = b.constant(0, TensorType{dtype, scratch_shape});
+    const TensorType index{DType::Int32, {}};
+    auto offset = b.constant_int(0, index);
+    for (size_t e = 0; e < list.size(); ++e) {
+      std::vector<stablehlo::Value> start(static_cast<size_t>(rank), b.constant_int(0, index));
+      start[dim] = offset;
+      out = b.dynamic_update_slice(out, xs[e], start);
+      const Part& p = dims[e][dim][0];
+      const int64_t k = p.bucket ? call.symbol(p) : -1;
+      auto real = k >= 0 ? b.reshape(b.slice(sizes, {k}, {k + 1}, {1}), {}) : b.constant_int(p.real, index);
+      offset = b.binary(stablehlo::Binary::Add, offset, real);
+    }
+    std::vector<int64_t> limit = scratch_shape;
+    limit[dim] = bucket;
+    out = b.reshape(b.slice(out, std::vector<int64_t>(rank, 0), limit, std::vector<int64_t>(rank, 1)),
+                    {c10::multiply_integers(limit)});
+    return std::make_pair(b.module({out}), std::vector<TensorType>{out.type});
+  });
+  const int dev = device_index(list[0]);
+  std::vector<pjrt::BufferPtr> buffers;
+  for (size_t e = 0; e < list.size(); ++e)
+    buffers.push_back(call.list_reads[0][e] ? call.list_reads[0][e]->value : read_dense(list[e]));
+  std::vector<int64_t> reals;
+  for (const auto& s : call.symbols) reals.push_back(s.first);
+  buffers.push_back(sizes_buffer(reals, dev));
+  auto results = Runtime::get().execute(program, buffers, dev, plan.name.c_str());
+  PaddedDims out_dims = dims[0];
+  out_dims[dim] = {Part{total, bucket > 1 ? bucket : 0}};
+  Runtime::get().count("bounded_ops");
+  torch::jit::drop(*stack, args.size());
+  stack->push_back(wrap_padded(results[0], out_dims, list[0].scalar_type(), dev));
+  return true;
+}
+
 // Runs the op on its inputs' padded values when it can (see BoundedCall):
 // true when it did. Otherwise the op takes the exact path, which reads padded
 // tensors cut to their real sizes.
@@ -1190,6 +1298,7 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
     runtime.count("bounded_exact::" + plan.name);
     return false;
   }
+  if (bounded_cat(plan, args, call, stack)) return true;
 
   std::string key = "bounded|" + plan.name + "|";
   std::vector<Input> inputs;

@@ -287,3 +287,20 @@ def test_padded_and_plain_ops_share_a_fused_window():
         m = torch_tpu.metrics()
     close(got, (torch.softmax(x, 1) * z).sum(1) + z.squeeze(1).exp())
     assert m["fused_flushes"] == 1
+
+
+def test_a_kv_cache_that_grows_along_its_bounded_dim_stays_padded():
+    torch.manual_seed(0)
+    torch_tpu.reset_metrics()
+    ref = torch.randn(2, 3, 5, 4)
+    cache = torch_tpu.mark_dynamic(ref.to("tpu"), 2, max=64)
+    for _ in range(12):  # 6 .. 17 rows: buckets 8, 16, 32
+        new, q = torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4)
+        cache, ref = torch.cat([cache, new.to("tpu")], dim=2), torch.cat([ref, new], dim=2)
+        got = torch.softmax(q.to("tpu") @ cache.transpose(-1, -2), -1) @ cache
+        close(cache, ref, 0)
+        close(got, torch.softmax(q @ ref.transpose(-1, -2), -1) @ ref)
+    assert torch_tpu._C._padded_shape(cache) == [2, 3, 32, 4]
+    assert exact_ops() == {}
+    # cat per (input bucket, output bucket): 8-8, 8-16, 16-16, 16-32; attention's 3 ops per bucket.
+    assert torch_tpu.metrics()["bucket_compiles"] <= 4 + 3 * 3
