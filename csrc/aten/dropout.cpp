@@ -6,6 +6,10 @@
 #include <ATen/ops/ones_like.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
+#include "aten/bounded.h"
+
 namespace torch_tpu::aten {
 namespace {
 
@@ -18,6 +22,14 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool)).bernoulli_(keep);
   // p == 1 scales by 0 (CPU's choice), so the output is zeros, not NaN.
   const double scale = keep == 0 ? 0.0 : 1.0 / keep;
+  // A padded input (README "Bounded dynamic shapes"): the mask is drawn at
+  // its padded shape and padded alike, so dropout compiles per bucket too.
+  if (auto read = is_padded(input) ? padded_read(input) : std::nullopt;
+      read && read->whole && std::is_sorted(read->memory_dims.begin(), read->memory_dims.end())) {
+    at::Tensor draws = at::empty(read->shape(), input.options().dtype(at::kBool)).bernoulli_(keep);
+    at::Tensor padded_mask = wrap_padded(read_dense(draws), read->dims, at::kBool, device_index(input));
+    return {at::native_dropout_backward(input, padded_mask, scale), padded_mask};
+  }
   return {at::native_dropout_backward(input, mask, scale), mask};
 }
 

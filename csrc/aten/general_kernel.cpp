@@ -1245,11 +1245,11 @@ bool bounded_cat(const OpPlan& plan, const std::vector<c10::IValue>& args, const
 // Runs the op on its inputs' padded values when it can (see BoundedCall):
 // true when it did. Otherwise the op takes the exact path, which reads padded
 // tensors cut to their real sizes.
-bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vector<c10::IValue>& args,
+bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vector<c10::IValue>& original,
                     torch::jit::Stack* stack) {
   auto padded = [](const at::Tensor& t) { return t.defined() && t.device().type() == kTpu && is_padded(t); };
   bool any = false;
-  for (const auto& v : args) {
+  for (const auto& v : original) {
     if (v.isTensor()) any |= padded(v.toTensor());
     if (v.isTensorList())
       for (const at::Tensor& t : v.toTensorVector()) any |= padded(t);
@@ -1261,7 +1261,30 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   }
   if (!any) return false;
   auto& runtime = Runtime::get();
-  const size_t n = args.size();
+  const size_t n = original.size();
+  // A pointwise op broadcasts: a plain tensor expanded along a bounded dim
+  // (the gradient of a sum) is read unexpanded there (size 1: no size in
+  // the key), as long as the output keeps the shape PyTorch gives it.
+  std::vector<c10::IValue> args(original);
+  std::optional<std::vector<int64_t>> broadcast_shape;
+  if (plan.pointwise) {
+    std::vector<int64_t> shape;
+    for (auto& v : args) {
+      if (!v.isTensor() || !v.toTensor().defined()) continue;
+      const at::Tensor t = v.toTensor();
+      shape = at::infer_size(shape, t.sizes());
+      if (t.device().type() != kTpu || padded(t)) continue;
+      std::vector<int64_t> sizes = t.sizes().vec();
+      bool expanded = false;
+      for (int64_t d = 0; d < t.dim(); ++d)
+        if (t.stride(d) == 0 && sizes[d] > 1) {
+          sizes[d] = 1;
+          expanded = true;
+        }
+      if (expanded) v = t.as_strided(sizes, t.strides(), t.storage_offset());
+    }
+    broadcast_shape = shape;
+  }
   const bool functional = !plan.functional && plan.mutated.empty() && plan.overwritten < 0 && !plan.returns_list &&
                           std::all_of(plan.return_alias.begin(), plan.return_alias.end(), [](int a) { return a < 0; });
   // x.add_(y) on a padded x: the functional op's padded result becomes x's
@@ -1383,6 +1406,18 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   std::vector<int64_t> reals;
   for (const auto& s : call.symbols) reals.push_back(s.first);
   buffers.push_back(sizes_buffer(reals, dev));
+  if (broadcast_shape && bounded->outputs.size() == 1) {  // the unexpanded inputs did not shrink it
+    std::vector<int64_t> sizes;
+    for (const auto& parts : bounded->outputs[0]) {
+      int64_t size = 1;
+      for (const auto& [symbol, padded_size] : parts) size *= symbol >= 0 ? call.symbols[symbol].first : padded_size;
+      sizes.push_back(size);
+    }
+    if (sizes != *broadcast_shape) {
+      runtime.count("bounded_exact::" + plan.name);
+      return false;
+    }
+  }
   auto results = launch(bounded->program, buffers, dev, plan, inputs);
   take_checks(*bounded->program, results);
   if (in_place) {

@@ -304,3 +304,19 @@ def test_a_kv_cache_that_grows_along_its_bounded_dim_stays_padded():
     assert exact_ops() == {}
     # cat per (input bucket, output bucket): 8-8, 8-16, 16-16, 16-32; attention's 3 ops per bucket.
     assert torch_tpu.metrics()["bucket_compiles"] <= 4 + 3 * 3
+
+
+def test_dropout_and_the_gradient_of_a_sum_stay_padded():
+    torch.manual_seed(0)
+    torch_tpu.reset_metrics()
+    for n in [5, 7, 12]:
+        x = torch.randn(3, n, 8) + 3
+        t = marked(x).requires_grad_()
+        y = F.dropout(t, 0.5, training=True)
+        kept = y.detach().cpu() != 0
+        assert 0.2 < kept.float().mean() < 0.8
+        close(y.detach()[kept.to("tpu")], x[kept] * 2)
+        y.sum().backward()  # sum's gradient: a plain 0-d tensor expanded along the bounded dim
+        close(t.grad, kept.float() * 2)
+        assert torch_tpu._C._padded_shape(y) is not None and torch_tpu._C._padded_shape(t.grad) is not None
+    assert {k for k in exact_ops() if "dropout" in k or "mul" in k} == set()
