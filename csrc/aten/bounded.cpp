@@ -108,6 +108,7 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
   });
   read.value = Runtime::get().execute(program, {s.value}, s.device, "bounded view read")[0];
   read.whole = false;
+  read.box_strides = strides;
   read.stored = sizes;
   for (int64_t j = 0; j < t.dim(); ++j) read.memory_dims.push_back(j);
   return read;
@@ -285,13 +286,23 @@ bool copy_padded(const at::Tensor& src, const at::Tensor& dst) {
   return true;
 }
 
-bool dynamic_shapes_enabled() {
-  static const bool on = [] {
+namespace {
+// TORCH_TPU_DYNAMIC: "marked" (the default: mark_dynamic only), "auto" (also
+// dims that took kAutoAfter sizes in copies), "off" (exact shapes only).
+std::string dynamic_setting() {
+  static const std::string setting = [] {
     const char* v = std::getenv("TORCH_TPU_DYNAMIC");
-    return !(v && (std::string(v) == "off" || std::string(v) == "0"));
+    std::string s = v && *v ? v : "marked";
+    if (s == "0") s = "off";
+    TORCH_CHECK(s == "marked" || s == "auto" || s == "off", "TORCH_TPU_DYNAMIC='", s,
+                "' is not one of marked (the default), auto, off");
+    return s;
   }();
-  return on;
+  return setting;
 }
+}  // namespace
+
+bool dynamic_shapes_enabled() { return dynamic_setting() != "off"; }
 
 int64_t bucket_for(int64_t n, std::optional<int64_t> max) {
   static const std::vector<int64_t> buckets = [] {
@@ -373,6 +384,7 @@ std::vector<int64_t> auto_buckets(const at::Tensor& host) {
   static std::unordered_map<std::string, Class> classes;
   std::vector<int64_t> buckets(static_cast<size_t>(host.dim()), 0);
   std::lock_guard<std::mutex> lock(mutex);
+  if (classes.size() > 65536) classes.clear();  // a process of endless shapes: start counting again
   for (int64_t d = 0; d < host.dim(); ++d) {
     std::string name = std::string(c10::getDtypeNames(host.scalar_type()).first) + "[";
     for (int64_t k = 0; k < host.dim(); ++k) name += (k ? ", " : "") + (k == d ? "*" : std::to_string(host.size(k)));
@@ -389,7 +401,7 @@ std::vector<int64_t> auto_buckets(const at::Tensor& host) {
                    dims_key(c.sizes),
                    "): it is bounded from now on, padded to power-of-two buckets, so the ops over it compile once "
                    "per bucket, not once per size. torch_tpu.mark_dynamic(t, ",
-                   d, ", max=...) declares it ahead; TORCH_TPU_DYNAMIC=off keeps exact shapes.");
+                   d, ", max=...) declares it ahead; TORCH_TPU_DYNAMIC=marked keeps exact shapes elsewhere.");
       }
     }
     if (c.bounded && n > 1) buckets[d] = bucket_for(n, std::nullopt);
@@ -400,7 +412,8 @@ std::vector<int64_t> auto_buckets(const at::Tensor& host) {
 }  // namespace
 
 bool upload_bounded(const at::Tensor& host, const at::Tensor& dst) {
-  if (!dynamic_shapes_enabled() || host.numel() == 0 || host.dim() == 0) return false;
+  static const bool automatic = dynamic_setting() == "auto";
+  if (!automatic || host.numel() == 0 || host.dim() == 0) return false;
   const auto buckets = auto_buckets(host);
   if (std::all_of(buckets.begin(), buckets.end(), [](int64_t b) { return b == 0; })) return false;
   DeviceStorage& s = storage_of(dst);

@@ -22,11 +22,14 @@ using PaddedDims = std::vector<std::vector<Part>>;  // per tensor dim, outermost
 // A tpu tensor read padded: its storage's padded value, with each tensor dim
 // the row-major merge of one or more of the storage's padded dims.
 struct PaddedRead {
-  pjrt::BufferPtr value;               // flat: the storage's padded value
-  std::vector<int64_t> stored;         // the value's shape, the tensor's dims (size-1 dims left out) in memory order
-  std::vector<int64_t> memory_dims;    // the tensor dim of each stored dim
-  PaddedDims dims;                     // per tensor dim
-  bool whole = true;                   // the tensor is its whole storage (not a box of it: then `value` is a copy)
+  pjrt::BufferPtr value;             // flat: the storage's padded value
+  std::vector<int64_t> stored;       // the value's shape, the tensor's dims (size-1 dims left out) in memory order
+  std::vector<int64_t> memory_dims;  // the tensor dim of each stored dim
+  PaddedDims dims;                   // per tensor dim
+  bool whole = true;                 // the tensor is its whole storage (not a box of it: then `value` is a copy)
+  // A box's strides over the padded storage: how PyTorch would lay out the
+  // outputs (empty: row-major in memory_dims' order).
+  std::vector<int64_t> box_strides;
   std::vector<int64_t> shape() const;  // per tensor dim, its padded size
 };
 

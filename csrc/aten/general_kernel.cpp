@@ -1062,8 +1062,20 @@ std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, co
       for (const Part& p : parts) size *= p.bucket ? kProbe[call.symbol(p)] : p.real;
       shape.push_back(size);
     }
-    const auto options = t.options().device(at::kMeta);
-    return std::make_pair(at::empty(read.shape(), options), at::empty(shape, options));
+    // Laid out in the tensor's memory order, so PyTorch lays out the outputs as for the real tensor
+    // (x.t() * 2 is transposed; such an output reads exact shapes).
+    auto in_order = [&](const std::vector<int64_t>& sizes) {
+      if (!read.box_strides.empty() && sizes == read.shape())
+        return at::empty_strided(sizes, read.box_strides, t.options().device(at::kMeta));
+      std::vector<int64_t> strides(sizes.size(), 1);
+      int64_t inner = 1;
+      for (auto d = read.memory_dims.rbegin(); d != read.memory_dims.rend(); ++d) {
+        strides[*d] = inner;
+        inner *= sizes[*d];
+      }
+      return at::empty_strided(sizes, strides, t.options().device(at::kMeta));
+    };
+    return std::make_pair(in_order(read.shape()), in_order(shape));
   };
   for (size_t i = 0; i < args.size(); ++i) {
     if (call.reads[i]) std::tie(padded_args[i], probe_args[i]) = stand_ins(args[i].toTensor(), *call.reads[i]);
@@ -1269,10 +1281,15 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   std::optional<std::vector<int64_t>> broadcast_shape;
   if (plan.pointwise) {
     std::vector<int64_t> shape;
-    for (auto& v : args) {
-      if (!v.isTensor() || !v.toTensor().defined()) continue;
+    for (size_t i = 0; i < n; ++i) {
+      auto& v = args[i];
+      if (plan.is_out[i] || !v.isTensor() || !v.toTensor().defined()) continue;
       const at::Tensor t = v.toTensor();
-      shape = at::infer_size(shape, t.sizes());
+      try {
+        shape = at::infer_size(shape, t.sizes());
+      } catch (const c10::Error&) {
+        return false;  // the exact path raises PyTorch's error
+      }
       if (t.device().type() != kTpu || padded(t)) continue;
       std::vector<int64_t> sizes = t.sizes().vec();
       bool expanded = false;

@@ -102,6 +102,29 @@ bool bounded_from(const LoweringContext& c, size_t i, int64_t first) {
   return false;
 }
 
+// A rule that indexes into dim `dim` of tensor argument `arg` (embedding's
+// weight rows, nll_loss's classes) checks indices against its size and
+// would read padding: that dim must be static.
+LoweringRule indexing_into(LoweringRule rule, size_t arg, int64_t dim) {
+  return [rule = std::move(rule), arg, dim](LoweringContext& c) {
+    if (c.bounds && arg < c.bounds->size() && !(*c.bounds)[arg].empty()) {
+      const BoundedDims& dims = (*c.bounds)[arg];
+      const int64_t d = dim < 0 ? dim + static_cast<int64_t>(dims.size()) : dim;
+      if (d >= 0 && d < static_cast<int64_t>(dims.size()))
+        for (const BoundedPart& p : dims[d])
+          if (!p.real.name.empty()) throw NotBounded("indexes into a bounded dim");
+    }
+    return rule(c);
+  };
+}
+
+// nll_loss's class dim: dim 1, or dim 0 of one unbatched sample.
+LoweringRule classes_static(LoweringRule rule, size_t self) {
+  return [rule = std::move(rule), self](LoweringContext& c) {
+    return indexing_into(rule, self, c.tensor(self).rank() == 1 ? 0 : 1)(c);
+  };
+}
+
 // Layer norm normalizes over the last len(normalized_shape) dims: those must
 // be static (rows are independent, so a bounded row dim is fine).
 LoweringRule layer_norm_rows(std::string_view op, size_t input, size_t normalized, std::vector<size_t> fill_args) {
@@ -161,13 +184,13 @@ BOUNDED("aten::_log_softmax_backward_data", filled("aten::_log_softmax_backward_
 BOUNDED("aten::mm", filled("aten::mm", {0, 1}, kZero));
 BOUNDED("aten::bmm", filled("aten::bmm", {0, 1}, kZero));
 BOUNDED("aten::addmm", filled("aten::addmm", {1, 2}, kZero));
-BOUNDED("aten::embedding", filled("aten::embedding", {1}, kZero));
+BOUNDED("aten::embedding", indexing_into(filled("aten::embedding", {1}, kZero), 0, 0));
 // Along a static dim; along a bounded one the output's size (a sum of sizes) is no bucket: exact.
 BOUNDED("aten::cat", filled("aten::cat", {}, kZero));
 BOUNDED("aten::embedding_dense_backward", embedding_backward_rows("aten::embedding_dense_backward"));
 BOUNDED("aten::native_layer_norm", layer_norm_rows("aten::native_layer_norm", 0, 1, {}));
 BOUNDED("aten::native_layer_norm_backward", layer_norm_rows("aten::native_layer_norm_backward", 1, 2, {0, 1, 3, 4}));
-BOUNDED("aten::nll_loss_forward", nll_ignoring_padding("aten::nll_loss_forward", 0, 1, 4));
-BOUNDED("aten::nll_loss_backward", nll_ignoring_padding("aten::nll_loss_backward", 1, 2, 5));
+BOUNDED("aten::nll_loss_forward", classes_static(nll_ignoring_padding("aten::nll_loss_forward", 0, 1, 4), 0));
+BOUNDED("aten::nll_loss_backward", classes_static(nll_ignoring_padding("aten::nll_loss_backward", 1, 2, 5), 1));
 
 }  // namespace torch_tpu::lowering
