@@ -1,6 +1,7 @@
 #include "aten/bounded.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -24,8 +25,12 @@ std::vector<Part> storage_parts(const runtime::Padding& p) {
   return parts;
 }
 
-// Accounts the padding's bytes of `s` (now `bytes`).
+std::atomic<bool> any_padded{false};  // see padded_storages_exist
+
+// Accounts the padding's bytes of `s` (now `bytes`); every storage that
+// becomes padded passes here.
 void set_padding_bytes(DeviceStorage& s, int64_t bytes) {
+  if (s.padding) any_padded.store(true, std::memory_order_relaxed);
   if (bytes != s.padding_bytes) Runtime::get().resize(s.device, bytes - s.padding_bytes);
   s.padding_bytes = bytes;
 }
@@ -127,6 +132,8 @@ std::vector<int64_t> PaddedRead::shape() const {
 }
 
 bool is_padded(const at::Tensor& t) { return storage_of(t).padding.has_value(); }
+
+bool padded_storages_exist() { return any_padded.load(std::memory_order_relaxed); }
 
 std::optional<PaddedRead> padded_read(const at::Tensor& t) {
   const DeviceStorage& s = storage_of(t);

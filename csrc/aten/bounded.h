@@ -33,6 +33,9 @@ struct PaddedRead {
   std::vector<int64_t> shape() const;  // per tensor dim, its padded size
 };
 
+// Whether any storage of this process was ever padded (until then no op
+// looks for padded inputs).
+bool padded_storages_exist();
 // Whether t's storage is padded (t a tpu tensor).
 bool is_padded(const at::Tensor& t);
 // How `t` reads padded: its storage is padded, its dtype is the storage's,

@@ -295,6 +295,17 @@ void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>
   inputs.push_back({t, true, true});
 }
 
+// An op on (or writing) double-precision tensors keeps its dynamic Scalars
+// double; any other op takes them as float32.
+void narrow_double_scalars(const std::vector<c10::IValue>& args, std::vector<Input>& inputs) {
+  bool f64 = false;
+  for (const auto& v : args)
+    if (v.isTensor() && v.toTensor().defined())
+      f64 |= v.toTensor().scalar_type() == at::kDouble || v.toTensor().scalar_type() == at::kComplexDouble;
+  for (auto& in : inputs)
+    if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !f64) in.tensor = in.tensor.to(at::kFloat);
+}
+
 // Whether t's strides are the ones a new contiguous tensor of its sizes has
 // (also in its size-1 dims, which PyTorch reports and layouts follow).
 bool has_row_major_strides(const at::Tensor& t) {
@@ -1259,6 +1270,7 @@ bool bounded_cat(const OpPlan& plan, const std::vector<c10::IValue>& args, const
 // tensors cut to their real sizes.
 bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vector<c10::IValue>& original,
                     torch::jit::Stack* stack) {
+  if (!padded_storages_exist()) return false;  // the per-op path of a program that never padded pays one load
   auto padded = [](const at::Tensor& t) { return t.defined() && t.device().type() == kTpu && is_padded(t); };
   bool any = false;
   for (const auto& v : original) {
@@ -1379,12 +1391,7 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
     }
   }
   key += "#" + std::to_string(call.symbols.size());
-  bool f64 = false;
-  for (const auto& v : args)
-    if (v.isTensor() && v.toTensor().defined())
-      f64 |= v.toTensor().scalar_type() == at::kDouble || v.toTensor().scalar_type() == at::kComplexDouble;
-  for (auto& in : inputs)
-    if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !f64) in.tensor = in.tensor.to(at::kFloat);
+  narrow_double_scalars(args, inputs);
   inputs.push_back({at::empty({static_cast<int64_t>(call.symbols.size())}, at::kInt), true});  // the real sizes
 
   if (in_place) {  // self's value is its storage's, in row-major order
@@ -1517,13 +1524,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     key += ']';
   }
   TORCH_CHECK(device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
-  // An op on (or writing) double-precision tensors keeps its Scalars double.
-  bool f64 = false;
-  for (const auto& v : args)
-    if (v.isTensor() && v.toTensor().defined())
-      f64 |= v.toTensor().scalar_type() == at::kDouble || v.toTensor().scalar_type() == at::kComplexDouble;
-  for (auto& in : inputs)
-    if (in.dynamic_scalar && in.tensor.scalar_type() == at::kDouble && !f64) in.tensor = in.tensor.to(at::kFloat);
+  narrow_double_scalars(args, inputs);
 
   // Destination dtypes of the written arguments decide the program's output types.
   std::vector<at::ScalarType> dest_dtypes;
