@@ -163,6 +163,34 @@ LoweringRule embedding_backward_rows(std::string_view op) {
   };
 }
 
+// The op finds elements by position along `dims` of tensor argument `arg`
+// (triu's diagonal, the index max returns): a real element's padded position
+// is its real one when a dim's bounded part is its outermost.
+LoweringRule by_position(LoweringRule rule, size_t arg, std::function<std::vector<int64_t>(LoweringContext&)> dims) {
+  return [rule = std::move(rule), arg, dims = std::move(dims)](LoweringContext& c) {
+    if (c.bounds && arg < c.bounds->size() && !(*c.bounds)[arg].empty()) {
+      const BoundedDims& parts = (*c.bounds)[arg];
+      for (int64_t d : dims(c)) {
+        if (d < 0) d += static_cast<int64_t>(parts.size());
+        if (d < 0 || d >= static_cast<int64_t>(parts.size())) throw NotBounded("dim out of range");
+        const auto& dim = parts[static_cast<size_t>(d)];
+        for (size_t j = 1; j < dim.size(); ++j)
+          if (!dim[j].real.name.empty()) throw NotBounded("a bounded part inside a merged dim");
+      }
+    }
+    return rule(c);
+  };
+}
+// Dim argument `i` (a reduction over all dims when absent: positions in the flattening differ).
+std::function<std::vector<int64_t>(LoweringContext&)> dim_arg(size_t i) {
+  return [i](LoweringContext& c) -> std::vector<int64_t> {
+    if (!c.has(i)) throw NotBounded("a position over all dims");
+    return {c.integer(i)};
+  };
+}
+std::vector<int64_t> last_two(LoweringContext&) { return {-2, -1}; }
+const Fill kOne = [](Builder& b, DType t) { return b.scalar(1, t); };
+
 }  // namespace
 
 const LoweringRule* find_bounded_rule(std::string_view op) {
@@ -177,6 +205,25 @@ BOUNDED("aten::mean.dim", filled("aten::mean.dim", {0}, kZero));
 BOUNDED("aten::mean", filled("aten::mean", {0}, kZero));
 BOUNDED("aten::amax", filled("aten::amax", {0}, kLowest));
 BOUNDED("aten::amin", filled("aten::amin", {0}, kHighest));
+BOUNDED("aten::prod", filled("aten::prod", {0}, kOne));
+BOUNDED("aten::prod.dim_int", filled("aten::prod.dim_int", {0}, kOne));
+BOUNDED("aten::any", filled("aten::any", {0}, kZero));
+BOUNDED("aten::any.dim", filled("aten::any.dim", {0}, kZero));
+BOUNDED("aten::all", filled("aten::all", {0}, kOne));
+BOUNDED("aten::all.dim", filled("aten::all.dim", {0}, kOne));
+BOUNDED("aten::max", filled("aten::max", {0}, kLowest));
+BOUNDED("aten::min", filled("aten::min", {0}, kHighest));
+BOUNDED("aten::logsumexp", filled("aten::logsumexp", {0}, kLowest));
+// Ties go to the first: a real element, before the padding of its row.
+BOUNDED("aten::max.dim", by_position(filled("aten::max.dim", {0}, kLowest), 0, dim_arg(1)));
+BOUNDED("aten::min.dim", by_position(filled("aten::min.dim", {0}, kHighest), 0, dim_arg(1)));
+BOUNDED("aten::argmax", by_position(filled("aten::argmax", {0}, kLowest), 0, dim_arg(1)));
+BOUNDED("aten::argmin", by_position(filled("aten::argmin", {0}, kHighest), 0, dim_arg(1)));
+// A prefix of real elements holds no padding once the padding inside merged dims adds nothing.
+BOUNDED("aten::cumsum", filled("aten::cumsum", {0}, kZero));
+BOUNDED("aten::cumprod", filled("aten::cumprod", {0}, kOne));
+BOUNDED("aten::triu", by_position(filled("aten::triu", {}, kZero), 0, last_two));
+BOUNDED("aten::tril", by_position(filled("aten::tril", {}, kZero), 0, last_two));
 BOUNDED("aten::_softmax", filled("aten::_softmax", {0}, kLowest));
 BOUNDED("aten::_log_softmax", filled("aten::_log_softmax", {0}, kLowest));
 BOUNDED("aten::_softmax_backward_data", filled("aten::_softmax_backward_data", {0, 1}, kZero));

@@ -58,6 +58,12 @@ FAMILIES = {
     "layer_norm": lambda x: F.layer_norm(x, (H,)),
     "views": lambda x: x.reshape(3 * x.shape[1], H).t().contiguous().view(H, 3, -1).sum(-1),
     "in_place": lambda x: x.clone().mul_(2).add_(1),
+    "more_reductions": lambda x: (
+        x.prod(1) + x.logsumexp(1) + x.max() - x.min() + (x > 0).any(1).float() + (x > -2).all(1).float()
+    ),
+    "positions": lambda x: x.max(1).values + x.min(1).indices.float() + x.argmax(1).float() - x.argmin(1).float(),
+    "cumulative": lambda x: x.cumsum(1) + (x * 0.5).cumprod(1),
+    "triangular": lambda x: (x @ x.transpose(1, 2)).triu(1) - (x @ x.transpose(1, 2)).tril(),
 }
 
 
@@ -134,7 +140,6 @@ def test_ops_without_a_bounded_rule_read_the_real_elements():
     for n in [3, 6]:
         x = torch.randn(2, n)
         t = marked(x)
-        close(torch.cumsum(t, 1), torch.cumsum(x, 1))
         close(t.flip(1), x.flip(1))
         close(torch.sort(t, 1).values, torch.sort(x, 1).values)
         close(t[:, 1:] * 2, x[:, 1:] * 2)  # a view that is not the whole storage
