@@ -371,6 +371,8 @@ def _compiler(gm: torch.fx.GraphModule, example_inputs, kind: str):
     cid, cid_name = _compile_id()
     _note_recompile(cid, cid_name)
     name = f"{cid_name} {kind}"
+    if _is_symbolic(gm) and _C._dynamic_shapes_enabled():
+        return _bounded(gm, name)
     eager_ops = _ops_without_rule(gm)
     if eager_ops:
         return _split(gm, name, eager_ops)
@@ -514,6 +516,130 @@ def _per_shape(gm: torch.fx.GraphModule, name: str):
     return run
 
 
+def _symbolic_dims(gm: torch.fx.GraphModule) -> list:
+    """(input index, [(dim, upper bound or None)]) per tensor input with symbolic sizes."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found = []
+    for i, node in enumerate(placeholders):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        dims = []
+        for d, size in enumerate(val.shape):
+            if isinstance(size, torch.SymInt) and not size.node.is_constant():
+                upper = size.node.shape_env.bound_sympy(size.node.expr).upper
+                dims.append((d, int(upper) if upper.is_Integer else None))  # int_oo: unbounded
+        if dims:
+            found.append((i, dims))
+    return found
+
+
+def _upper_bound(size: torch.SymInt):
+    upper = size.node.shape_env.bound_sympy(size.node.expr).upper
+    return int(upper) if upper.is_Integer else None  # int_oo: unbounded
+
+
+def _make_padded(gm: torch.fx.GraphModule) -> None:
+    """Rewrites the nodes that make a tensor of symbolic sizes out of none
+    (full([s0, 4]), arange(s0), the expand of a loss gradient to [s0, 4]) to
+    make it padded: called with each symbol's bucket for its size, the result
+    takes the real sizes. Made at real sizes, it would be plain and compile
+    one program per size, as would every op that meets it."""
+    symbols = {}  # sympy symbol -> the first node whose value it is
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
+            symbols.setdefault(val.node.expr, node)
+    buckets = {}  # symbol node -> node of its bucket
+    for node in list(gm.graph.nodes):
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if not isinstance(val, torch.Tensor) or any(
+            isinstance(i.meta.get("val"), torch.Tensor) and _has_symbols(i.meta["val"]) for i in node.all_input_nodes
+        ):
+            continue
+        dims = [d for d, size in enumerate(val.shape) if isinstance(size, torch.SymInt) and not size.node.is_constant()]
+        exprs = [val.shape[d].node.expr for d in dims]
+        if not dims or not all(e.is_Symbol and e in symbols for e in exprs):
+            continue
+
+        def bucket_of(arg):
+            v = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+            if not (isinstance(v, torch.SymInt) and v.node.expr.is_Symbol):
+                return arg
+            if arg not in buckets:
+                with gm.graph.inserting_after(arg):
+                    buckets[arg] = gm.graph.call_function(_C._bucket_for, (arg, _upper_bound(v)))
+            return buckets[arg]
+
+        args = torch.fx.node.map_arg(node.args, bucket_of)
+        kwargs = torch.fx.node.map_arg(node.kwargs, bucket_of)
+        node.args = (node.target, tuple(symbols[e] for e in exprs), tuple(dims), *args)
+        node.kwargs = kwargs
+        node.target = _made_padded
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _has_symbols(t: torch.Tensor) -> bool:
+    return any(isinstance(s, torch.SymInt) and not s.node.is_constant() for s in t.shape)
+
+
+def _made_padded(op, reals, dims, *args, **kwargs):
+    """`op` run at bucket sizes, its result a padded tensor of the real sizes `reals` in `dims`."""
+    full = op(*args, **kwargs)
+    real = list(full.shape)
+    for d, n in zip(dims, reals, strict=True):
+        real[d] = n
+    if full.device.type != "tpu":  # a host tensor: cut to the real sizes
+        return full[tuple(slice(0, n) for n in real)].clone()
+    return _C._as_padded(full, real, list(dims))
+
+
+def _bounded(gm: torch.fx.GraphModule, name: str):
+    """A graph with symbolic sizes (dynamic=True, mark_dynamic, a second shape
+    seen) over bounded shapes (README "Bounded dynamic shapes"): its inputs'
+    symbolic dims are padded to buckets, as torch_tpu.mark_dynamic pads them,
+    and the graph runs recorded as one Fused window. The window's program is
+    keyed by the buckets, not the sizes, and built from the same bounded rules
+    as eager ops: one program per bucket, the real sizes a runtime input.
+    TORCH_TPU_DYNAMIC=off compiles one program per shape instead."""
+    symbolic = _symbolic_dims(gm)
+    _make_padded(gm)
+    seen = set()
+
+    def run(args):
+        for i, dims in symbolic:
+            t = args[i]
+            if isinstance(t, torch.Tensor) and t.device.type == "tpu":
+                for d, upper in dims:
+                    with contextlib.suppress(RuntimeError):  # a view of a larger storage: its ops read it exact
+                        _C._mark_dynamic(t, d, upper)
+        signature = tuple(
+            tuple(_C._padded_shape(a) or a.shape) if isinstance(a, torch.Tensor) and a.device.type == "tpu" else None
+            for a in args
+        )
+        start = time.perf_counter()
+        previous = _C.get_eager_mode()
+        if previous == "strict":
+            _C.set_eager_mode("fused")
+        try:
+            result = gm.forward(*args)
+        finally:
+            if previous == "strict":
+                _C.set_eager_mode(previous)  # runs the window
+        args.clear()
+        if signature not in seen:  # the first run of a bucket: its window compiled
+            seen.add(signature)
+            shapes = [s for s in signature if s is not None]
+            _GRAPH_COMPILE_MS[f"{name} bounded {shapes}"] = (time.perf_counter() - start) * 1e3
+        return list(result) if isinstance(result, (list, tuple)) else [result]
+
+    run._boxed_call = True
+    return run
+
+
 def program(fn):
     """`fn` (a function of tensors and plain values) as one XLA program per set
     of input shapes, dtypes and plain values: functionalized (in-place ops
@@ -595,10 +721,24 @@ def _warn_diverged(name: str) -> None:
 # keep_inference_input_mutations: an input overwritten under no_grad (optimizer
 # updates) or that needs no grad (batch-norm statistics) stays a copy_ in the
 # graph, so the program writes it back itself and can donate its buffer.
-tpu_backend = aot_autograd(
-    fw_compiler=functools.partial(_compiler, kind="forward"),
-    bw_compiler=functools.partial(_compiler, kind="backward"),
-    inference_compiler=functools.partial(_compiler, kind="inference"),
-    decompositions=core_aten_decompositions(),
-    keep_inference_input_mutations=True,
-)
+_compilers = {
+    "fw_compiler": functools.partial(_compiler, kind="forward"),
+    "bw_compiler": functools.partial(_compiler, kind="backward"),
+    "inference_compiler": functools.partial(_compiler, kind="inference"),
+    "keep_inference_input_mutations": True,
+}
+_static_backend = aot_autograd(decompositions=core_aten_decompositions(), **_compilers)
+# A graph over bounded shapes runs eager's ops (_bounded): undecomposed, so
+# nll_loss, softmax and layer norm meet their bounded rules.
+_bounded_backend = aot_autograd(**_compilers)
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """The "tpu" backend of torch.compile."""
+    symbolic = any(
+        isinstance(a, torch.SymInt)
+        or (isinstance(a, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in a.shape))
+        for a in example_inputs
+    )
+    backend = _bounded_backend if symbolic and _C._dynamic_shapes_enabled() else _static_backend
+    return backend(gm, example_inputs, **kwargs)

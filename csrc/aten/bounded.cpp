@@ -262,6 +262,21 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
   return t;
 }
 
+at::Tensor as_padded(const at::Tensor& full, at::IntArrayRef real, at::IntArrayRef bounded) {
+  TORCH_CHECK(full.device().type() == c10::DeviceType::PrivateUse1 && static_cast<size_t>(full.dim()) == real.size(),
+              "torch_tpu: as_padded: expected a tpu tensor of ", real.size(), " dims, got ", full.sizes(), " on ",
+              full.device().str());
+  PaddedDims dims;
+  for (int64_t d = 0; d < full.dim(); ++d) {
+    const int64_t n = real[static_cast<size_t>(d)];
+    const bool is_bounded = std::find(bounded.begin(), bounded.end(), d) != bounded.end();
+    TORCH_CHECK(n >= 0 && (is_bounded ? n <= full.size(d) : n == full.size(d)), "torch_tpu: as_padded: sizes ", real,
+                " do not fit in the padded tensor of shape ", full.sizes(), " (bounded dims ", bounded, ")");
+    dims.push_back({Part{n, is_bounded ? full.size(d) : 0}});
+  }
+  return wrap_padded(read_dense(full.contiguous()), dims, full.scalar_type(), device_index(full));
+}
+
 bool copy_padded(const at::Tensor& src, const at::Tensor& dst) {
   if (!dynamic_shapes_enabled() || src.sizes() != dst.sizes() || !dst.is_contiguous() || dst.storage_offset() != 0 ||
       static_cast<size_t>(dst.nbytes()) != storage_of(dst).nbytes)

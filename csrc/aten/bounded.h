@@ -54,6 +54,9 @@ void make_plain(DeviceStorage& s);
 at::Tensor download_padded(const DeviceStorage& s);
 // A new tpu tensor of `dtype` holding a padded value laid out row-major in `dims`' parts.
 at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::ScalarType dtype, int device);
+// `full` (a contiguous tpu tensor at its bucket sizes) as a tensor of `real`
+// sizes padded in `bounded` dims: no copy, no program.
+at::Tensor as_padded(const at::Tensor& full, at::IntArrayRef real, at::IntArrayRef bounded);
 // copy_ from a padded tensor into a tpu tensor that covers its storage, of
 // the same sizes: dst becomes padded like src (a program per bucket). False:
 // not such a copy.

@@ -86,6 +86,11 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("metrics", [] { return Runtime::get().metrics(); });
   m.def("_mark_dynamic", &torch_tpu::aten::mark_dynamic);
+  m.def("_dynamic_shapes_enabled", &torch_tpu::aten::dynamic_shapes_enabled);
+  m.def("_bucket_for", &torch_tpu::aten::bucket_for);
+  m.def("_as_padded", [](const at::Tensor& full, std::vector<int64_t> real, std::vector<int64_t> bounded) {
+    return torch_tpu::aten::as_padded(full, real, bounded);
+  });
   m.def("_padded_shape", [](const at::Tensor& t) -> std::optional<std::vector<int64_t>> {
     const auto& s = torch_tpu::aten::storage_of(t);
     if (!s.padding) return std::nullopt;

@@ -172,21 +172,23 @@ def test_new_shape_recompiles():
 
 
 @pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "mark_dynamic"])
-def test_dynamic_shapes_train_by_recompiling_per_shape(dynamic):
+def test_dynamic_shapes_train_with_one_program_per_bucket(dynamic):
+    # A symbolic graph runs over bounded shapes: sizes 3 and 5 share bucket 4 and 8.
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2))
     model = copy.deepcopy(cpu).to("tpu")
-    compiled = torch.compile(model, backend="tpu", dynamic=dynamic)
+    compiled = torch.compile(lambda x: model(x).square().mean(), backend="tpu", dynamic=dynamic)
+    torch_tpu.reset_metrics()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for n in (3, 6, 3):
+        for n in (3, 6, 3, 5, 8):
             x = torch.randn(n, 5)
             xt = x.to("tpu")
             if dynamic is None:
                 torch._dynamo.mark_dynamic(xt, 0)
             for m in (cpu, model):
                 m.zero_grad()
-            loss_t = compiled(xt).square().mean()
+            loss_t = compiled(xt)
             loss_t.backward()
             loss_c = cpu(x).square().mean()
             loss_c.backward()
@@ -194,8 +196,15 @@ def test_dynamic_shapes_train_by_recompiling_per_shape(dynamic):
             for a, b in zip(model.parameters(), cpu.parameters(), strict=True):
                 torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-5, atol=1e-6)
     assert not [w for w in caught if "runs eagerly" in str(w.message)]
-    # One symbolic graph per direction from Dynamo, two static programs (one per shape) each.
-    assert len([k for k in torch_tpu.metrics()["graph_compile_ms"] if " forward [" in k]) >= 2
+    m = torch_tpu.metrics()
+    forward = sorted(k.split(" bounded ")[1] for k in m["graph_compile_ms"] if " forward bounded " in k)
+    # The padded input shapes: the parameters, then x in its bucket (4 for sizes 3, then 8 for 5, 6, 8).
+    assert forward == ["[(8, 5), (8,), (4, 5), (2, 8), (2,)]", "[(8, 5), (8,), (8, 5), (2, 8), (2,)]"], forward
+    assert m["fused_flushes"] == 10  # forward and backward graph, one window each
+    # Per bucket, and one more: the mean's gradient divides by the real numel, a Scalar that
+    # is a constant of the program until it takes a second value (then a runtime input).
+    assert m.get("fused_window_compiles", 0) <= 5
+    assert not [k for k in m if k.startswith("bounded_exact::")]
 
 
 def test_recompiles_and_the_guard_that_failed_in_metrics():
