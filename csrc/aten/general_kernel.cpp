@@ -1048,6 +1048,9 @@ constexpr size_t kMaxSymbols = sizeof kProbe / sizeof kProbe[0];
 struct BoundedProgram {
   runtime::ProgramPtr program;
   std::vector<std::vector<std::vector<std::pair<int, int64_t>>>> outputs;
+  // Per output: its dims in memory order when PyTorch lays it out permuted
+  // (the neg of a transposed box), else empty.
+  std::vector<std::vector<int64_t>> orders;
 };
 
 // The program of a bounded call and its outputs' parts, built on the first
@@ -1121,9 +1124,13 @@ std::shared_ptr<const BoundedProgram> bounded_program(const std::string& key, co
     };
     for (size_t k = 0; k < n_out; ++k) {
       const auto& padded = program.outputs[k].shape;
-      if (!layout_of(program, k).empty() || is_undefined_output(program.outputs[k]) ||
-          probe_outputs[k].shape.size() != padded.size())
+      if (is_undefined_output(program.outputs[k]) || probe_outputs[k].shape.size() != padded.size())
         throw lowering::NotBounded("output layout");
+      auto& order = result->orders.emplace_back();
+      if (const auto layout = layout_of(program, k); !layout.empty()) {
+        order = lowering::memory_order(padded, layout.vec());
+        if (order.empty()) throw lowering::NotBounded("output strides of size-1 dims");
+      }
       auto& dims = result->outputs.emplace_back();
       for (size_t j = 0; j < padded.size(); ++j) {
         const int64_t probe = probe_outputs[k].shape[j];
@@ -1471,8 +1478,20 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
       }
       sizes.push_back(size);
     }
-    outputs.push_back(any_bounded ? wrap_padded(results[k], dims, dtype, dev)
-                                  : wrap_buffer(results[k], sizes, dtype, dev));
+    const auto& order = bounded->orders[k];
+    if (!any_bounded) {
+      outputs.push_back(wrap_buffer(results[k], sizes, dtype, dev, layout_of(*bounded->program, k)));
+    } else if (order.empty()) {
+      outputs.push_back(wrap_padded(results[k], dims, dtype, dev));
+    } else {  // stored in memory order, seen permuted back
+      PaddedDims stored;
+      std::vector<int64_t> back(order.size());
+      for (size_t i = 0; i < order.size(); ++i) {
+        stored.push_back(dims[static_cast<size_t>(order[i])]);
+        back[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
+      }
+      outputs.push_back(wrap_padded(results[k], stored, dtype, dev).permute(back));
+    }
   }
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan()) {
     std::vector<TensorType> types;

@@ -222,6 +222,11 @@ BOUNDED("aten::argmin", by_position(filled("aten::argmin", {0}, kHighest), 0, di
 // A prefix of real elements holds no padding once the padding inside merged dims adds nothing.
 BOUNDED("aten::cumsum", filled("aten::cumsum", {0}, kZero));
 BOUNDED("aten::cumprod", filled("aten::cumprod", {0}, kOne));
+// Elementwise in `elements`; `test_elements` is searched whole, so it must be plain.
+BOUNDED("aten::isin.Tensor_Tensor", [](LoweringContext& c) {
+  if (bounded_from(c, 1, 0)) throw NotBounded("searches padded test_elements");
+  return (*find_rule("aten::isin.Tensor_Tensor"))(c);
+});
 BOUNDED("aten::triu", by_position(filled("aten::triu", {}, kZero), 0, last_two));
 BOUNDED("aten::tril", by_position(filled("aten::tril", {}, kZero), 0, last_two));
 BOUNDED("aten::_softmax", filled("aten::_softmax", {0}, kLowest));

@@ -63,6 +63,11 @@ FAMILIES = {
     ),
     "positions": lambda x: x.max(1).values + x.min(1).indices.float() + x.argmax(1).float() - x.argmin(1).float(),
     "cumulative": lambda x: x.cumsum(1) + (x * 0.5).cumprod(1),
+    # A box (a slice of the static head dim) of a transposed view: outputs laid out as PyTorch lays them out.
+    "rotate_half_of_heads": lambda x: (lambda q: torch.cat((-q[..., 1:], q[..., :1]), -1) * q.exp())(
+        x.view(3, x.shape[1], 2, 3).transpose(1, 2)
+    ),
+    "isin": lambda x: torch.isin((x * 2).round(), torch.tensor([0.0, 1.0], device=x.device)).float() + x,
     "triangular": lambda x: (x @ x.transpose(1, 2)).triu(1) - (x @ x.transpose(1, 2)).tril(),
 }
 
