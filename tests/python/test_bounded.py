@@ -221,6 +221,65 @@ def test_a_fused_training_loop_over_random_lengths_compiles_a_window_per_bucket(
     assert exact_ops() == {}
 
 
+def test_a_compiled_training_loop_over_random_lengths_compiles_a_graph_program_per_bucket():
+    # Dynamo's graph turns symbolic at the second length (automatic dynamic shapes): from then on
+    # it runs over bounded shapes, one window per bucket for the forward and one for the backward.
+    torch.manual_seed(0)
+    cpu = Tiny()
+    tpu = Tiny().to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    opt_cpu = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
+    opt_tpu = torch.optim.AdamW(tpu.parameters(), lr=1e-2)
+    torch._dynamo.reset()
+    loss_of = torch.compile(lambda m, a, b: F.cross_entropy(m(a).reshape(-1, 40), b.reshape(-1)), backend="tpu")
+    lengths = torch.randint(2, 65, (30,), generator=torch.Generator().manual_seed(3)).tolist()
+    torch_tpu.reset_metrics()
+    for n in lengths:
+        ids = torch.randint(0, 40, (2, n + 1))
+        x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+        for model, opt, (a, b), f in (
+            (cpu, opt_cpu, (x, y), lambda m, a, b: F.cross_entropy(m(a).reshape(-1, 40), b.reshape(-1))),
+            (tpu, opt_tpu, (marked(x, bound=64), marked(y, bound=64)), loss_of),
+        ):
+            loss = f(model, a, b)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if model is cpu:
+                expected = loss.item()
+        torch.testing.assert_close(loss.item(), expected, atol=1e-4, rtol=1e-4)
+    m = torch_tpu.metrics()
+    buckets = {(n - 1).bit_length() for n in lengths[1:]}  # the first length: a static graph
+    bounded = [k for k in m["graph_compile_ms"] if " bounded " in k]
+    assert len(bounded) == 2 * len(buckets), sorted(m["graph_compile_ms"])
+    assert m["recompiles"] == 1, m["recompile_reasons"]
+    assert exact_ops() == {}
+    torch._dynamo.reset()
+
+
+def test_a_compiled_graph_makes_its_masks_and_positions_padded():
+    # Factories of a symbolic size (a causal mask, positions) are made at the bucket, padded.
+    def f(q, k, v, w):
+        n = q.shape[1]
+        mask = torch.full((n, n), float("-inf"), device=q.device).triu(1)
+        pos = torch.arange(n, device=q.device).float()
+        o = torch.softmax(q @ k.transpose(-1, -2) / 4 + mask, -1) @ v + pos[None, :, None] * w
+        return o.sum(1), F.layer_norm(o, (8,)).mean(), o.cumsum(1)[:, -1], o.max(dim=1).values
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="tpu", dynamic=True)
+    w = torch.randn(8)
+    torch_tpu.reset_metrics()
+    for n in (3, 5, 7, 11, 13, 6):  # buckets 4, 8, 16
+        q, k, v = (torch.randn(2, n, 8) for _ in range(3))
+        for got, want in zip(g(*(t.to("tpu") for t in (q, k, v, w))), f(q, k, v, w), strict=True):
+            close(got, want, 1e-4)
+    m = torch_tpu.metrics()
+    assert len([k for k in m["graph_compile_ms"] if " bounded " in k]) == 3
+    assert exact_ops() == {}
+    torch._dynamo.reset()
+
+
 AUTO = """
 import warnings
 import torch, torch_tpu
