@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 namespace torch_tpu::pjrt {
@@ -463,12 +464,63 @@ std::unique_ptr<Executable> Client::deserialize(const std::string& bytes) const 
   return std::make_unique<Executable>(plugin_, a.loaded_executable);
 }
 
+std::vector<XlaOption> parse_xla_options(const std::string& text) {
+  std::vector<XlaOption> options;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument("torch_tpu: TORCH_TPU_XLA_OPTIONS entry '" + item +
+                                  "' is not name=value (e.g. xla_backend_optimization_level=1)");
+    options.push_back({item.substr(0, eq), item.substr(eq + 1)});
+  }
+  return options;
+}
+
+namespace {
+
+// CompileOptionsProto.env_option_overrides (7): map<string, OptionOverrideProto
+// { string_field 1 | bool_field 2 | int_field 3 | double_field 4 }>.
+void put_overrides(std::string& options, const std::vector<XlaOption>& overrides) {
+  for (const auto& [name, value] : overrides) {
+    std::string v;
+    char* end = nullptr;
+    const long long as_int = std::strtoll(value.c_str(), &end, 10);
+    const bool is_int = !value.empty() && *end == '\0';
+    const double as_double = std::strtod(value.c_str(), &end);
+    const bool is_double = !value.empty() && *end == '\0';
+    if (value == "true" || value == "false") {
+      put_int_field(v, 2, value == "true");
+    } else if (is_int) {
+      put_int_field(v, 3, as_int);
+    } else if (is_double) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, &as_double, sizeof bits);
+      put_varint(v, (4u << 3) | 1);  // fixed64
+      for (int i = 0; i < 8; ++i) v.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+    } else {
+      put_bytes_field(v, 1, value);
+    }
+    std::string entry;
+    put_bytes_field(entry, 1, name);
+    put_bytes_field(entry, 2, v);
+    put_bytes_field(options, 7, entry);
+  }
+}
+
+}  // namespace
+
 // CompileOptionsProto { executable_build_options (3): ExecutableBuildOptionsProto {
 //   device_ordinal (1) = -1, num_replicas (4) = 1, num_partitions (5) = 1 },
 //   compile_portable_executable (4) = true }
 // Portable: no device assignment, so Execute may name any device of the
 // client (compiled for device 0 only, tpu:1 failed with "not addressable").
-std::string single_device_compile_options() {
+std::string single_device_compile_options(const std::vector<XlaOption>& overrides) {
   std::string build;
   put_int_field(build, 1, -1);
   put_int_field(build, 4, 1);
@@ -476,6 +528,7 @@ std::string single_device_compile_options() {
   std::string options;
   put_bytes_field(options, 3, build);
   put_int_field(options, 4, 1);
+  put_overrides(options, overrides);
   return options;
 }
 
@@ -487,7 +540,7 @@ std::string single_device_compile_options() {
 //     computation_count (2) = N, computation_devices (3) = { replica_device_ids (1) = [id] } per partition } } }
 // Partitions, not replicas (as JAX's shard_map): the program is written per
 // partition, and its collectives name partitions by their place in the assignment.
-std::string multi_device_compile_options(const std::vector<int>& device_ids) {
+std::string multi_device_compile_options(const std::vector<int>& device_ids, const std::vector<XlaOption>& overrides) {
   const auto n = static_cast<int64_t>(device_ids.size());
   std::string assignment;
   put_int_field(assignment, 1, 1);
@@ -506,6 +559,7 @@ std::string multi_device_compile_options(const std::vector<int>& device_ids) {
   put_bytes_field(build, 9, assignment);
   std::string options;
   put_bytes_field(options, 3, build);
+  put_overrides(options, overrides);
   return options;
 }
 

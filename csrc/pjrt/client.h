@@ -194,14 +194,24 @@ class Client {
   std::vector<PJRT_Device*> devices_;
 };
 
+// An XLA debug option by name ("xla_backend_optimization_level", "1"), as
+// JAX's compiler_options pass them: the plugin sets the DebugOptions field
+// of that name (a bool, integer, float or string by how the value reads).
+struct XlaOption {
+  std::string name, value;
+};
+// "name=value,name=value" (TORCH_TPU_XLA_OPTIONS); throws on an entry without '='.
+std::vector<XlaOption> parse_xla_options(const std::string& text);
+
 // A serialized xla.CompileOptionsProto for a single-device program that runs
 // on whichever device each launch names (a portable executable).
-std::string single_device_compile_options();
+std::string single_device_compile_options(const std::vector<XlaOption>& overrides = {});
 
 // A serialized xla.CompileOptionsProto for a program of one partition per
 // device of `device_ids` (global ids, in partition order): its collectives
 // span those devices, and one launch runs it on all of them.
-std::string multi_device_compile_options(const std::vector<int>& device_ids);
+std::string multi_device_compile_options(const std::vector<int>& device_ids,
+                                         const std::vector<XlaOption>& overrides = {});
 
 // Bytes of one element of `type`.
 size_t element_size(PJRT_Buffer_Type type);

@@ -283,7 +283,7 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
     return spec;
   };
   if (group.empty()) {
-    graph->program = Runtime::get().program(graph->key, build, /*indexed=*/true, &source);
+    graph->program = Runtime::get().program(graph->key, build, /*indexed=*/true, &source, runtime::ProgramKind::Graph);
   } else {
     graph->spec = std::make_shared<const runtime::ProgramSpec>(build());
     for (auto& m : graph->mutations) m.aliased = false;

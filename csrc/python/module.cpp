@@ -194,6 +194,14 @@ PYBIND11_MODULE(_C, m) {
       return std::string();
     }
   });
+  // The XLA options each kind of program compiles with (README "XLA options").
+  m.def("_xla_options", [] {
+    using torch_tpu::runtime::ProgramKind;
+    auto& r = Runtime::get();
+    return std::map<std::string, std::string>{{"op", r.xla_options(ProgramKind::Op)},
+                                              {"window", r.xla_options(ProgramKind::Window)},
+                                              {"graph", r.xla_options(ProgramKind::Graph)}};
+  });
   // Compiles MLIR text as-is: lets tests reach the plugin's own error messages.
   m.def("_compile", [](const std::string& mlir) {
     Runtime::get().client().compile(mlir, torch_tpu::pjrt::single_device_compile_options());

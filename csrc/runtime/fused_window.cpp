@@ -293,7 +293,7 @@ void FusedWindow::flush_locked(const char* reason) {
           if (!checks_.empty()) types.push_back({DType::Bool, {check_count()}});
           return ProgramSpec(module_text(live, aliases, !checks_.empty()), types);
         },
-        /*indexed=*/false);
+        /*indexed=*/false, nullptr, ProgramKind::Window);
     if (built) {
       runtime_.count("fused_window_compiles");
       if (!compiled_sequences_.insert(std::hash<std::string>{}(sequence_key())).second)

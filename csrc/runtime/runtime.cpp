@@ -237,7 +237,26 @@ std::string disallow_excess_precision() {
   }
   return flags;
 }
+
+// The XLA options programs of `kind` compile with on `device`:
+// TORCH_TPU_XLA_OPTIONS (name=value,...) for every program when set, else
+// the defaults measured per path (README "XLA options").
+std::vector<pjrt::XlaOption> xla_options_for(const std::string& device, ProgramKind kind) {
+  if (const char* v = std::getenv("TORCH_TPU_XLA_OPTIONS"); v && *v) return pjrt::parse_xla_options(v);
+  (void)device;
+  (void)kind;
+  return {};
+}
+
+std::string describe(const std::vector<pjrt::XlaOption>& options) {
+  std::string text;
+  for (const auto& [name, value] : options) text += (text.empty() ? "" : ",") + name + "=" + value;
+  return text;
+}
+
 }  // namespace
+
+std::string Runtime::xla_options(ProgramKind kind) const { return describe(xla_options_[static_cast<size_t>(kind)]); }
 
 Runtime::Runtime() {
   device_name_ = upper(env("PJRT_DEVICE", "CPU"));
@@ -264,7 +283,11 @@ Runtime::Runtime() {
     options.push_back(o);
   }
   client_ = std::make_unique<pjrt::Client>(plugin, options);
-  compile_options_ = pjrt::single_device_compile_options();
+  for (auto kind : {ProgramKind::Op, ProgramKind::Window, ProgramKind::Graph}) {
+    const auto k = static_cast<size_t>(kind);
+    xla_options_[k] = xla_options_for(device_name_, kind);
+    compile_options_[k] = pjrt::single_device_compile_options(xla_options_[k]);
+  }
   disk_ = DiskCache::from_environment();
   max_executables_ =
       static_cast<size_t>(positive_env("TORCH_TPU_MAX_EXECUTABLES", 4096, "executables to keep loaded (default 4096)"));
@@ -335,7 +358,7 @@ std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::strin
 }
 
 ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed,
-                            ProgramSource* source) {
+                            ProgramSource* source, ProgramKind kind) {
   auto found = [source](ProgramSource s) {
     if (source) *source = s;
   };
@@ -352,12 +375,15 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   // Index entry: this process's program key -> the output types, checks,
   // MLIR and executable key, so a warm process skips PyTorch's meta kernels
   // and the lowering too. Keyed by the library build as well: rules change with it.
-  const std::string index_key = "index|" + library_identity() + "|" + plugin_path_ + "|" + key;
+  const std::string& options = compile_options_[static_cast<size_t>(kind)];
+  const std::string index_key =
+      "index|" + library_identity() + "|" + plugin_path_ + "|" + hash_hex(options + xla_flags_) + "|" + key;
   std::shared_ptr<Program> program;
   found(ProgramSource::Compiled);
   if (indexed && disk.enabled()) {
     const auto load_start = std::chrono::steady_clock::now();
     if ((program = load_indexed(disk, index_key))) {
+      program->compile_options = options;
       found(ProgramSource::Disk);
       count("disk_index_hits");
       count("disk_load_us", microseconds_since(load_start));
@@ -372,9 +398,10 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     program->output_strides = std::move(spec.output_strides);
     program->output_bytes = output_bytes(program->outputs);
     program->mlir = std::move(spec.mlir);
+    program->compile_options = options;
     // The executable entry is keyed by what was compiled, how, and by which plugin.
     program->disk_key = plugin_path_ + "|" + client_->plugin()->version() + "|" +
-                        hash_hex(compile_options_ + xla_flags_) + "|" + program->mlir;
+                        hash_hex(program->compile_options + xla_flags_) + "|" + program->mlir;
   }
   program->key = key;
   program->id = next_program_id_.fetch_add(1);
@@ -524,9 +551,13 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
   if (disk.enabled()) count("disk_cache_misses");
   const auto compile_start = std::chrono::steady_clock::now();
   try {
-    program.executable = client_->compile(program.mlir, compile_options_);
+    program.executable = client_->compile(program.mlir, program.compile_options);
   } catch (const pjrt::Error& e) {
-    throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + program.mlir);
+    const std::string what = e.what();
+    if (what.find("compile option") != std::string::npos && std::getenv("TORCH_TPU_XLA_OPTIONS"))
+      throw std::invalid_argument(what + " (from TORCH_TPU_XLA_OPTIONS='" + std::getenv("TORCH_TPU_XLA_OPTIONS") +
+                                  "': name XLA DebugOptions fields, e.g. xla_backend_optimization_level=1)");
+    throw std::runtime_error(what + "\nwhile compiling:\n" + program.mlir);
   }
   count("compiles");
   count("compile_us", microseconds_since(compile_start));
@@ -556,7 +587,8 @@ std::shared_ptr<pjrt::Executable> Runtime::compile_on_devices(const Program& pro
   for (int d : program.devices) ids.push_back(client_->device_id(static_cast<size_t>(d)));
   const auto compile_start = std::chrono::steady_clock::now();
   try {
-    program.executable = client_->compile(program.mlir, pjrt::multi_device_compile_options(ids));
+    program.executable = client_->compile(
+        program.mlir, pjrt::multi_device_compile_options(ids, xla_options_[static_cast<size_t>(ProgramKind::Graph)]));
   } catch (const pjrt::Error& e) {
     throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + program.mlir);
   }

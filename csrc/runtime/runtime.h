@@ -84,7 +84,8 @@ struct Program : std::enable_shared_from_this<Program> {
   // this order, all launched together. Empty: a single-device program that
   // runs on whichever device a launch names.
   std::vector<int> devices;
-  std::string disk_key;  // of the executable in the disk cache
+  std::string disk_key;         // of the executable in the disk cache
+  std::string compile_options;  // the serialized xla.CompileOptionsProto it compiles with
   // With checks, the last output is bool[checks.size()]: flags that must be
   // true, entry i named by checks[i] ("index out of range in self"), like
   // CUDA's device asserts. One output, so one copy to verify them all.
@@ -152,6 +153,9 @@ class FusedWindow;
 // cache (an index entry or an executable for the same StableHLO), or nowhere
 // (compiled now).
 enum class ProgramSource { Memory, Disk, Compiled };
+// What a program is, for the XLA options it compiles with (README "XLA
+// options"): an eager op's, a Fused window's, or a compiled graph's.
+enum class ProgramKind { Op, Window, Graph };
 
 class Runtime {
  public:
@@ -178,7 +182,9 @@ class Runtime {
   // process skips build(); only for keys that mean the same in every process.
   // `source`, if given, says where the program came from.
   ProgramPtr program(const std::string& key, const std::function<ProgramSpec()>& build, bool indexed = true,
-                     ProgramSource* source = nullptr);
+                     ProgramSource* source = nullptr, ProgramKind kind = ProgramKind::Op);
+  // The XLA options programs of `kind` compile with, as name=value text.
+  std::string xla_options(ProgramKind kind) const;
   // Runs `program` on `device`, not waiting for it unless the mode is Debug;
   // in Fused mode records it into the window and returns placeholders.
   // Throws OutOfMemory, before running, when its outputs cannot fit.
@@ -308,7 +314,8 @@ class Runtime {
   std::unique_ptr<pjrt::Client> client_;
   std::unique_ptr<DiskCache> disk_;
   std::string device_name_, plugin_path_;
-  std::string compile_options_;
+  std::string compile_options_[3];  // per ProgramKind
+  std::vector<pjrt::XlaOption> xla_options_[3];
   std::string xla_flags_;  // XLA_FLAGS the plugin compiles with: part of the disk cache's key
   std::mutex mutex_;
   std::unordered_map<std::string, ProgramPtr> programs_;

@@ -143,3 +143,22 @@ def test_least_recently_used_executables_are_unloaded(tmp_path):
         timeout=120,
     )
     assert bad.returncode != 0 and "TORCH_TPU_MAX_EXECUTABLES='many' is not a positive number" in bad.stderr
+
+
+def test_xla_options_key_the_cache_and_a_bad_one_names_the_variable(tmp_path):
+    # TORCH_TPU_XLA_OPTIONS replaces every path's defaults; programs compiled
+    # with other options are other cache entries, never loaded for these.
+    level0 = {"TORCH_TPU_XLA_OPTIONS": "xla_backend_optimization_level=0"}
+    default = run_program(tmp_path)
+    first = run_program(tmp_path, **level0)
+    assert first["compiles"] == default["compiles"] and first["disk_index_hits"] == 0
+    again = run_program(tmp_path, **level0)
+    assert again["compiles"] == 0 and again["disk_index_hits"] >= first["compiles"]
+    torch_tpu_options = "import torch_tpu; print(torch_tpu._C._xla_options())"
+    shown = run(tmp_path, torch_tpu_options, **level0).stdout
+    assert shown.count("xla_backend_optimization_level=0") == 3, shown  # op, window, graph
+    for y, z in zip(first["y"], default["y"], strict=True):
+        assert abs(y - z) < 1e-6
+    bad = "import torch, torch_tpu\ntry:\n  (torch.ones(3).to('tpu') * 2).cpu()\nexcept RuntimeError as e:\n  print(e)"
+    out = run(tmp_path, bad, TORCH_TPU_XLA_OPTIONS="xla_no_such_option=1").stdout
+    assert "No such compile option: 'xla_no_such_option'" in out and "TORCH_TPU_XLA_OPTIONS" in out, out
