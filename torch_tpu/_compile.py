@@ -524,17 +524,15 @@ def _symbolic_dims(gm: torch.fx.GraphModule) -> list:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue
-        dims = []
-        for d, size in enumerate(val.shape):
-            if isinstance(size, torch.SymInt) and not size.node.is_constant():
-                upper = size.node.shape_env.bound_sympy(size.node.expr).upper
-                dims.append((d, int(upper) if upper.is_Integer else None))  # int_oo: unbounded
+        dims = [(d, _upper_bound(s)) for d, s in enumerate(val.shape) if isinstance(s, torch.SymInt)]
+        dims = [(d, upper) for d, upper in dims if not val.shape[d].node.is_constant()]
         if dims:
             found.append((i, dims))
     return found
 
 
-def _upper_bound(size: torch.SymInt):
+def _upper_bound(size: torch.SymInt) -> int | None:
+    """The largest value Dynamo allows `size` (torch._dynamo.mark_dynamic's max), or None."""
     upper = size.node.shape_env.bound_sympy(size.node.expr).upper
     return int(upper) if upper.is_Integer else None  # int_oo: unbounded
 
@@ -550,7 +548,7 @@ def _make_padded(gm: torch.fx.GraphModule) -> None:
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol:
             symbols.setdefault(val.node.expr, node)
-    buckets = {}  # symbol node -> node of its bucket
+    buckets = {}  # a node whose value is a symbol -> the node of that value's bucket
     for node in list(gm.graph.nodes):
         val = node.meta.get("val")
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -734,7 +732,9 @@ _bounded_backend = aot_autograd(**_compilers)
 
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """The "tpu" backend of torch.compile."""
+    """The "tpu" backend of torch.compile: Dynamo's graph through AOTAutograd,
+    with the core decompositions for one program per graph, or without them
+    when its sizes are symbolic (then it runs over bounded shapes: _bounded)."""
     symbolic = any(
         isinstance(a, torch.SymInt)
         or (isinstance(a, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in a.shape))
