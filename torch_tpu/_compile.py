@@ -524,8 +524,7 @@ def _symbolic_dims(gm: torch.fx.GraphModule) -> list:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             continue
-        dims = [(d, _upper_bound(s)) for d, s in enumerate(val.shape) if isinstance(s, torch.SymInt)]
-        dims = [(d, upper) for d, upper in dims if not val.shape[d].node.is_constant()]
+        dims = [(d, _upper_bound(s)) for d, s in enumerate(val.shape) if _symbolic(s)]
         if dims:
             found.append((i, dims))
     return found
@@ -557,7 +556,7 @@ def _make_padded(gm: torch.fx.GraphModule) -> None:
             isinstance(i.meta.get("val"), torch.Tensor) and _has_symbols(i.meta["val"]) for i in node.all_input_nodes
         ):
             continue
-        dims = [d for d, size in enumerate(val.shape) if isinstance(size, torch.SymInt) and not size.node.is_constant()]
+        dims = [d for d, size in enumerate(val.shape) if _symbolic(size)]
         exprs = [val.shape[d].node.expr for d in dims]
         if not dims or not all(e.is_Symbol and e in symbols for e in exprs):
             continue
@@ -580,8 +579,12 @@ def _make_padded(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _symbolic(size) -> bool:
+    return isinstance(size, torch.SymInt) and not size.node.is_constant()
+
+
 def _has_symbols(t: torch.Tensor) -> bool:
-    return any(isinstance(s, torch.SymInt) and not s.node.is_constant() for s in t.shape)
+    return any(_symbolic(s) for s in t.shape)
 
 
 def _made_padded(op, reals, dims, *args, **kwargs):

@@ -191,30 +191,40 @@ def test_mark_dynamic_refuses_bad_input():
     assert t.sum().item() == 0  # the process stays usable
 
 
-def test_a_fused_training_loop_over_random_lengths_compiles_a_window_per_bucket():
+def cross_entropy_of(model, a, b):
+    return F.cross_entropy(model(a).reshape(-1, 40), b.reshape(-1))
+
+
+def train_over_lengths(lengths, loss_on_tpu):
+    """AdamW steps of Tiny over token ids of each length, on CPU and (marked, bound 64) on tpu:
+    the losses match at every step."""
     torch.manual_seed(0)
     cpu = Tiny()
     tpu = Tiny().to("tpu")
     tpu.load_state_dict(cpu.state_dict())
     opt_cpu = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
     opt_tpu = torch.optim.AdamW(tpu.parameters(), lr=1e-2)
+    for n in lengths:
+        ids = torch.randint(0, 40, (2, n + 1))
+        x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+        for model, opt, (a, b), loss_of in (
+            (cpu, opt_cpu, (x, y), cross_entropy_of),
+            (tpu, opt_tpu, (marked(x, bound=64), marked(y, bound=64)), loss_on_tpu),
+        ):
+            loss = loss_of(model, a, b)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if model is cpu:
+                expected = loss.item()
+        torch.testing.assert_close(loss.item(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_fused_training_loop_over_random_lengths_compiles_a_window_per_bucket():
     lengths = torch.randint(1, 65, (30,), generator=torch.Generator().manual_seed(2)).tolist()
     with torch_tpu.set_eager_mode("fused"):
         torch_tpu.reset_metrics()
-        for n in lengths:
-            ids = torch.randint(0, 40, (2, n + 1))
-            x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-            for model, opt, (a, b) in (
-                (cpu, opt_cpu, (x, y)),
-                (tpu, opt_tpu, (marked(x, bound=64), marked(y, bound=64))),
-            ):
-                loss = F.cross_entropy(model(a).reshape(-1, 40), b.reshape(-1))
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                if model is cpu:
-                    expected = loss.item()
-            torch.testing.assert_close(loss.item(), expected, atol=1e-4, rtol=1e-4)
+        train_over_lengths(lengths, cross_entropy_of)
         m = torch_tpu.metrics()
     assert len({(n - 1).bit_length() for n in lengths}) <= 7  # buckets of 1..64
     assert m["fused_window_compiles"] <= 10, m["fused_window_compiles"]
@@ -224,30 +234,10 @@ def test_a_fused_training_loop_over_random_lengths_compiles_a_window_per_bucket(
 def test_a_compiled_training_loop_over_random_lengths_compiles_a_graph_program_per_bucket():
     # Dynamo's graph turns symbolic at the second length (automatic dynamic shapes): from then on
     # it runs over bounded shapes, one window per bucket for the forward and one for the backward.
-    torch.manual_seed(0)
-    cpu = Tiny()
-    tpu = Tiny().to("tpu")
-    tpu.load_state_dict(cpu.state_dict())
-    opt_cpu = torch.optim.AdamW(cpu.parameters(), lr=1e-2)
-    opt_tpu = torch.optim.AdamW(tpu.parameters(), lr=1e-2)
     torch._dynamo.reset()
-    loss_of = torch.compile(lambda m, a, b: F.cross_entropy(m(a).reshape(-1, 40), b.reshape(-1)), backend="tpu")
     lengths = torch.randint(2, 65, (30,), generator=torch.Generator().manual_seed(3)).tolist()
     torch_tpu.reset_metrics()
-    for n in lengths:
-        ids = torch.randint(0, 40, (2, n + 1))
-        x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-        for model, opt, (a, b), f in (
-            (cpu, opt_cpu, (x, y), lambda m, a, b: F.cross_entropy(m(a).reshape(-1, 40), b.reshape(-1))),
-            (tpu, opt_tpu, (marked(x, bound=64), marked(y, bound=64)), loss_of),
-        ):
-            loss = f(model, a, b)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            if model is cpu:
-                expected = loss.item()
-        torch.testing.assert_close(loss.item(), expected, atol=1e-4, rtol=1e-4)
+    train_over_lengths(lengths, torch.compile(cross_entropy_of, backend="tpu"))
     m = torch_tpu.metrics()
     buckets = {(n - 1).bit_length() for n in lengths[1:]}  # the first length: a static graph
     bounded = [k for k in m["graph_compile_ms"] if " bounded " in k]
