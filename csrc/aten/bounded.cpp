@@ -27,6 +27,88 @@ std::vector<Part> storage_parts(const runtime::Padding& p) {
 
 std::atomic<bool> any_padded{false};  // see padded_storages_exist
 
+// A tensor over a storage whose sizes are still on the device (deferred()):
+// its sizes, strides and element count are learned on first read, which
+// flushes the Fused window and reads the count; from then on it is an
+// ordinary tensor over a padded storage. Its rank, dtype and device are
+// known without a read, and it is contiguous.
+class DeferredSizesImpl final : public c10::TensorImpl {
+ public:
+  DeferredSizesImpl(c10::Storage storage, caffe2::TypeMeta dtype, const std::vector<int64_t>& padded,
+                    std::vector<int> parts_per_dim)
+      : TensorImpl(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype),
+        parts_per_dim_(std::move(parts_per_dim)) {
+    set_sizes_contiguous(padded);
+    set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
+  }
+  bool learned() const { return learned_; }
+  int parts(int64_t d) const { return parts_per_dim_[static_cast<size_t>(d)]; }
+  void learn() const { const_cast<DeferredSizesImpl*>(this)->learn_now(); }
+
+  c10::intrusive_ptr<TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version,
+                                                         bool allow_metadata_change) const override {
+    learn();
+    return TensorImpl::shallow_copy_and_detach(version, allow_metadata_change);
+  }
+  c10::intrusive_ptr<TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version,
+                                                         bool allow_metadata_change) const override {
+    learn();
+    return TensorImpl::shallow_copy_and_detach(std::move(version), allow_metadata_change);
+  }
+  void shallow_copy_from(const c10::intrusive_ptr<TensorImpl>& impl) override {
+    learn();
+    TensorImpl::shallow_copy_from(impl);
+  }
+
+ protected:
+  at::IntArrayRef sizes_custom() const override { return learn(), sizes_default(); }
+  at::IntArrayRef strides_custom() const override { return learn(), strides_default(); }
+  int64_t numel_custom() const override { return learn(), numel_default(); }
+  int64_t dim_custom() const override { return dim_default(); }
+  int64_t storage_offset_custom() const override { return 0; }
+  c10::SymIntArrayRef sym_sizes_custom() const override { return learn(), sym_sizes_default(); }
+  c10::SymIntArrayRef sym_strides_custom() const override { return learn(), sym_strides_default(); }
+  c10::SymInt sym_numel_custom() const override { return learn(), sym_numel_default(); }
+  c10::SymInt sym_storage_offset_custom() const override { return 0; }
+  c10::SymBool sym_is_contiguous_custom(at::MemoryFormat format) const override {
+    if (format == at::MemoryFormat::Contiguous) return true;
+    return learn(), is_contiguous_default(format);
+  }
+  bool is_strides_like_custom(at::MemoryFormat format) const override {
+    return learn(), is_strides_like_default(format);
+  }
+  c10::SymBool sym_is_non_overlapping_and_dense_custom() const override { return true; }
+
+ private:
+  void learn_now() {
+    if (learned_) return;
+    DeviceStorage& s = *static_cast<DeviceStorage*>(storage_.data_ptr().get());
+    learn_sizes(s);
+    std::vector<int64_t> sizes;
+    size_t next = 0;
+    for (int parts : parts_per_dim_) {
+      int64_t n = 1;
+      for (int k = 0; k < parts; ++k) n *= s.padding ? s.padding->sizes[next++] : 0;
+      sizes.push_back(n);
+    }
+    learned_ = true;
+    set_custom_sizes_strides(SizesStridesPolicy::Default);
+    sizes_and_strides_.set_sizes(sizes);
+    refresh_numel();
+    empty_tensor_restride(at::MemoryFormat::Contiguous);
+    storage_.unsafeGetStorageImpl()->set_nbytes(s.nbytes);
+  }
+  std::vector<int> parts_per_dim_;  // how many of the storage's padded dims each tensor dim is
+  bool learned_ = false;
+};
+
+const DeferredSizesImpl* deferred_impl(const at::Tensor& t) {
+  const auto* impl = dynamic_cast<const DeferredSizesImpl*>(t.unsafeGetTensorImpl());
+  return impl && !impl->learned() ? impl : nullptr;
+}
+
+bool has_unknown(const DeviceStorage& s) { return s.padding && !s.padding->unknown.empty(); }
+
 // Accounts the padding's bytes of `s` (now `bytes`); every storage that
 // becomes padded passes here.
 void set_padding_bytes(DeviceStorage& s, int64_t bytes) {
@@ -136,7 +218,23 @@ bool is_padded(const at::Tensor& t) { return storage_of(t).padding.has_value(); 
 bool padded_storages_exist() { return any_padded.load(std::memory_order_relaxed); }
 
 std::optional<PaddedRead> padded_read(const at::Tensor& t) {
-  const DeviceStorage& s = storage_of(t);
+  DeviceStorage& s = storage_of(t);
+  if (has_unknown(s) && deferred_impl(t)) {  // the whole storage, row-major, its sizes on the device
+    const auto& impl = *deferred_impl(t);
+    PaddedRead read;
+    std::vector<Part> storage = storage_parts(*s.padding);
+    size_t next = 0;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      auto& parts = read.dims.emplace_back();
+      for (int k = 0; k < impl.parts(d); ++k) parts.push_back(storage[next++]);
+      read.memory_dims.push_back(d);
+    }
+    read.stored = read.shape();
+    read.value = s.value;
+    read.unknown = s.padding->unknown;
+    return read;
+  }
+  if (has_unknown(s)) learn_sizes(s);
   if (!s.padding || !s.value || to_dtype(t.scalar_type()) != s.dtype || t.numel() == 0) return std::nullopt;
   if (t.storage_offset() != 0 || t.numel() != product(s.padding->sizes)) return box_read(t, s);
   // The tensor's dims in memory order, densely laid out; size-1 dims only
@@ -209,6 +307,7 @@ stablehlo::Value padded_value(stablehlo::Builder& b, const stablehlo::Value& fla
 }
 
 pjrt::BufferPtr unpadded_value(const DeviceStorage& s) {
+  if (has_unknown(s)) learn_sizes(const_cast<DeviceStorage&>(s));
   const auto padded = s.padding->padded();
   const auto& sizes = s.padding->sizes;
   if (padded == sizes) return s.value;  // every bucket full: the value is the real elements
@@ -227,12 +326,14 @@ pjrt::BufferPtr unpadded_value(const DeviceStorage& s) {
 
 void make_plain(DeviceStorage& s) {
   if (!s.padding) return;
+  learn_sizes(s);
   if (s.value) s.value = unpadded_value(s);
   s.padding.reset();
   set_padding_bytes(s, 0);
 }
 
 at::Tensor download_padded(const DeviceStorage& s) {
+  if (has_unknown(s)) learn_sizes(const_cast<DeviceStorage&>(s));
   const auto padded = s.padding->padded();
   at::Tensor host = at::empty(padded, at::TensorOptions().dtype(to_scalar_type(s.dtype)));
   Runtime::get().download(*s.value, host.data_ptr(), host.nbytes());
@@ -240,17 +341,42 @@ at::Tensor download_padded(const DeviceStorage& s) {
   return host.contiguous().view({-1});
 }
 
-at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::ScalarType dtype, int device) {
+at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::ScalarType dtype, int device,
+                       const std::vector<std::shared_ptr<runtime::DeviceSize>>& unknown) {
   runtime::Padding padding;
-  std::vector<int64_t> sizes;
+  std::vector<int64_t> sizes, padded;
+  std::vector<int> parts_per_dim;
   for (const auto& parts : dims) {
-    int64_t n = 1;
+    int64_t n = 1, m = 1;
     for (const Part& p : parts) {
       padding.sizes.push_back(p.real);
-      padding.buckets.push_back(p.bucket > 1 ? p.bucket : 0);  // a bucket of 1 pads nothing
+      // A bucket of 1 pads nothing (unless the size is on the device).
+      padding.buckets.push_back(p.bucket > 1 || p.real < 0 ? p.bucket : 0);
       n *= p.real;
+      m *= p.padded();
+      if (p.real < 0)
+        for (const auto& u : unknown)
+          if (u->id == -p.real && std::find(padding.unknown.begin(), padding.unknown.end(), u) == padding.unknown.end())
+            padding.unknown.push_back(u);
     }
     sizes.push_back(n);
+    padded.push_back(m);
+    parts_per_dim.push_back(static_cast<int>(parts.size()));
+  }
+  if (!padding.unknown.empty()) {  // deferred: the storage holds the padded value; learned on a size read
+    c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
+    const int64_t nbytes = product(padded) * static_cast<int64_t>(c10::elementSize(dtype));
+    c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::GetAllocator(c10::DeviceType::PrivateUse1),
+                         /*resizable=*/true);
+    at::Tensor t = at::detail::make_tensor<DeferredSizesImpl>(std::move(storage), c10::scalarTypeToTypeMeta(dtype),
+                                                              padded, std::move(parts_per_dim));
+    DeviceStorage& s = storage_of(t);
+    s.value = std::move(value);
+    s.dtype = to_dtype(dtype);
+    s.padding = std::move(padding);
+    any_padded.store(true, std::memory_order_relaxed);
+    Runtime::get().count("deferred_tensors");
+    return t;
   }
   at::Tensor t = wrap_buffer(std::move(value), sizes, dtype, device);
   DeviceStorage& s = storage_of(t);
@@ -446,7 +572,8 @@ bool upload_bounded(const at::Tensor& host, const at::Tensor& dst) {
   return true;
 }
 
-pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes, int device) {
+namespace {
+pjrt::BufferPtr uploaded_sizes(const std::vector<int64_t>& sizes, int device) {
   static std::mutex mutex;
   static std::map<std::pair<int, std::vector<int64_t>>, pjrt::BufferPtr> cache;
   std::lock_guard<std::mutex> lock(mutex);
@@ -457,6 +584,78 @@ pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes, int device) {
   if (cache.size() > 4096) cache.clear();
   cache.emplace(key, buffer);
   return buffer;
+}
+}  // namespace
+
+pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes,
+                             const std::vector<std::shared_ptr<runtime::DeviceSize>>& unknown, int device) {
+  if (std::all_of(sizes.begin(), sizes.end(), [](int64_t n) { return n >= 0; })) return uploaded_sizes(sizes, device);
+  // The known sizes uploaded (cached), each unknown one written in on the device.
+  std::vector<int64_t> known(sizes);
+  std::vector<pjrt::BufferPtr> buffers{nullptr};
+  std::vector<int64_t> at;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] >= 0) continue;
+    known[k] = 0;
+    auto it = std::find_if(unknown.begin(), unknown.end(), [&](const auto& u) { return u->id == -sizes[k]; });
+    TORCH_INTERNAL_ASSERT(it != unknown.end(), "torch_tpu: a deferred size without its device count");
+    buffers.push_back((*it)->count);
+    at.push_back(static_cast<int64_t>(k));
+  }
+  buffers[0] = uploaded_sizes(known, device);
+  const int64_t k = static_cast<int64_t>(sizes.size());
+  auto program = Runtime::get().program("device_sizes|" + std::to_string(k) + "|" + dims_key(at), [&] {
+    stablehlo::Builder b;
+    auto out = b.parameter(TensorType{DType::Int32, {k}});
+    std::vector<stablehlo::Value> counts;
+    for (size_t j = 0; j < at.size(); ++j) counts.push_back(b.parameter(TensorType{DType::Int32, {1}}));
+    for (size_t j = 0; j < at.size(); ++j)
+      out = b.dynamic_update_slice(out, counts[j], {b.constant_int(at[j], TensorType{DType::Int32, {}})});
+    return std::make_pair(b.module({out}), std::vector<TensorType>{out.type});
+  });
+  return Runtime::get().execute(program, buffers, device, "bounded sizes")[0];
+}
+
+bool defer_data_dependent_sizes() {
+  return Runtime::get().mode() == runtime::EagerMode::Fused && dynamic_shapes_enabled();
+}
+
+std::shared_ptr<runtime::DeviceSize> device_size(pjrt::BufferPtr count) {
+  static std::atomic<int64_t> next_id{1};
+  auto size = std::make_shared<runtime::DeviceSize>();
+  size->id = next_id.fetch_add(1);
+  size->count = std::move(count);
+  return size;
+}
+
+bool deferred(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 && deferred_impl(t) &&
+         has_unknown(storage_of(t));
+}
+
+void learn_sizes(DeviceStorage& s) {
+  if (!has_unknown(s)) return;
+  auto& padding = *s.padding;
+  bool flushed = false;
+  for (auto& u : padding.unknown) {
+    if (u->value) continue;
+    if (!flushed) Runtime::get().flush("size_read");
+    flushed = true;
+    int32_t count = 0;
+    Runtime::get().download(*u->count, &count, sizeof count);
+    u->value = count;
+    Runtime::get().count("deferred_size_reads");
+  }
+  for (auto& n : padding.sizes)
+    if (n < 0)
+      for (const auto& u : padding.unknown)
+        if (u->id == -n) n = *u->value;
+  padding.unknown.clear();
+  // The storage held its padded bytes; now its real bytes plus their padding.
+  const int64_t real_bytes = product(padding.sizes) * static_cast<int64_t>(stablehlo::byte_size(s.dtype));
+  Runtime::get().resize(s.device, real_bytes - static_cast<int64_t>(s.nbytes));
+  s.nbytes = static_cast<size_t>(real_bytes);
+  set_padding_bytes(s, padding_bytes_of(s));
 }
 
 }  // namespace torch_tpu::aten

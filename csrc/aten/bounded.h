@@ -30,6 +30,9 @@ struct PaddedRead {
   // A box's strides over the padded storage: how PyTorch would lay out the
   // outputs (empty: row-major in memory_dims' order).
   std::vector<int64_t> box_strides;
+  // The device sizes its parts' negative real sizes stand for (a deferred
+  // tensor's, see deferred()).
+  std::vector<std::shared_ptr<runtime::DeviceSize>> unknown;
   std::vector<int64_t> shape() const;  // per tensor dim, its padded size
 };
 
@@ -52,8 +55,30 @@ void make_plain(DeviceStorage& s);
 // The real elements of a padded storage on the host, flat (the padded value
 // is copied and cut there: no program per size).
 at::Tensor download_padded(const DeviceStorage& s);
-// A new tpu tensor of `dtype` holding a padded value laid out row-major in `dims`' parts.
-at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::ScalarType dtype, int device);
+// A new tpu tensor of `dtype` holding a padded value laid out row-major in
+// `dims`' parts. A part of negative real size -id stands for the one of
+// `unknown` of that id: the tensor is then deferred (below).
+at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::ScalarType dtype, int device,
+                       const std::vector<std::shared_ptr<runtime::DeviceSize>>& unknown = {});
+
+// Deferred sizes (README "Data-dependent ops in Fused windows"): in Fused
+// mode a nonzero, masked_select or x[mask] keeps its count on the device and
+// its result padded to the largest count; the window goes on. The tensor's
+// sizes are learned (the window flushed, the count read: one sync) when
+// anything reads them (.shape, printing, an op that needs them); until
+// then ops that can take the count as a runtime size run on the padding.
+bool defer_data_dependent_sizes();  // Fused mode, and TORCH_TPU_DYNAMIC is not off
+// A new device size for an int32[1] count on the device.
+std::shared_ptr<runtime::DeviceSize> device_size(pjrt::BufferPtr count);
+// Whether t's sizes are still on the device (reading them learns them).
+bool deferred(const at::Tensor& t);
+// Reads the storage's unknown sizes (one sync for all) and makes it an
+// ordinary padded storage.
+void learn_sizes(DeviceStorage& s);
+// x[mask] for a bool mask over x's leading dims, deferred (nullopt: not
+// Fused mode, or not such a call; the general path then runs it).
+std::optional<at::Tensor> deferred_mask_index(const at::Tensor& self,
+                                              const c10::List<std::optional<at::Tensor>>& indices);
 // `full` (a contiguous tpu tensor at its bucket sizes) as a tensor of `real`
 // sizes padded in `bounded` dims: no copy, no program.
 at::Tensor as_padded(const at::Tensor& full, at::IntArrayRef real, at::IntArrayRef bounded);
@@ -76,7 +101,10 @@ void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max);
 // warning once. False (nothing copied) when no dim is bounded.
 bool upload_bounded(const at::Tensor& host, const at::Tensor& dst);
 
-// The real sizes of a bounded call's symbols as an int32[k] device buffer (cached).
-pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes, int device);
+// The real sizes of a bounded call's symbols as an int32[k] device buffer
+// (cached); a negative size -id is taken from the device size of that id
+// among `unknown`, on the device.
+pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes,
+                             const std::vector<std::shared_ptr<runtime::DeviceSize>>& unknown, int device);
 
 }  // namespace torch_tpu::aten

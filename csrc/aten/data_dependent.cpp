@@ -6,6 +6,9 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <functional>
+
+#include "aten/bounded.h"
 #include "aten/cpu_fallback.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
@@ -42,22 +45,81 @@ int64_t nonzero_count(const at::Tensor& t) {
   return count;
 }
 
-// The flat int64 positions of the `count` nonzero elements of flat `x`, in
+// Every flat int64 position of flat `x`, its nonzero elements' first, in
 // order: a stable sort that puts nonzero elements first.
-Value nonzero_positions(Builder& b, const Value& x, int64_t count) {
+Value nonzero_first(Builder& b, const Value& x) {
   Value key = b.convert(b.unary(stablehlo::Unary::Not, truth(b, x)), DType::Int32);
   Value index = b.iota({DType::Int64, x.shape()}, 0);
   auto sorted = b.sort({key, index}, 0, /*is_stable=*/true, [](Builder& r, const std::vector<Value>& a) {
     return std::vector<Value>{r.compare(Compare::LT, a[0], a[1])};
   });
-  return b.slice(sorted[1], {0}, {count}, {1});
+  return sorted[1];
+}
+
+// The flat int64 positions of the `count` nonzero elements of flat `x`, in order.
+Value nonzero_positions(Builder& b, const Value& x, int64_t count) {
+  return b.slice(nonzero_first(b, x), {0}, {count}, {1});
+}
+
+// How many elements of flat `x` are nonzero, as int32[1]: a deferred size's count.
+Value nonzero_total(Builder& b, const Value& x) {
+  Value n = b.reduce(b.convert(truth(b, x), DType::Int32), b.scalar(0, DType::Int32), {0}, Binary::Add);
+  return b.reshape(n, {1});
+}
+
+// Fused mode (defer_data_dependent_sizes): the result of `x`'s nonzero
+// positions, padded to every position, with the count kept on the device. One
+// program per input shape; the window goes on. `result` builds the padded
+// result from the sorted positions [n].
+using DeferredResult = std::function<Value(Builder&, const std::vector<Value>& params, const Value& positions)>;
+at::Tensor deferred_select(const std::string& key, const std::vector<at::Tensor>& inputs, const at::Tensor& mask,
+                           const TensorType& out_type, PaddedDims dims, at::ScalarType dtype, const char* what,
+                           const DeferredResult& result) {
+  const int64_t n = mask.numel();
+  auto program = Runtime::get().program(key, [&] {
+    Builder b;
+    std::vector<Value> params;
+    for (const at::Tensor& t : inputs) params.push_back(b.parameter({to_dtype(t.scalar_type()), {t.numel()}}));
+    Value m = b.parameter({to_dtype(mask.scalar_type()), {n}});
+    Value out = result(b, params, nonzero_first(b, m));
+    Value count = nonzero_total(b, m);
+    return std::make_pair(b.module({out, count}), std::vector<TensorType>{out_type, count.type});
+  });
+  std::vector<pjrt::BufferPtr> buffers;
+  for (const at::Tensor& t : inputs) buffers.push_back(read_dense(t));
+  buffers.push_back(read_dense(mask));
+  auto out = Runtime::get().execute(program, buffers, device_index(mask), what);
+  auto size = device_size(out[1]);
+  dims[0] = {Part{-size->id, n}};
+  Runtime::get().count("deferred_counts");
+  return wrap_padded(out[0], dims, dtype, device_index(mask), {size});
 }
 
 at::Tensor empty_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& like) {
   return at::empty(sizes, like.options().dtype(dtype));
 }
 
+at::Tensor deferred_nonzero(const at::Tensor& self) {
+  const int64_t n = self.numel(), rank = self.dim();
+  const std::vector<int64_t> sizes = self.sizes().vec();
+  std::string key =
+      "nonzero_deferred|" + stablehlo::mlir_name(to_dtype(self.scalar_type())) + "[" + dims_key(sizes) + "]";
+  return deferred_select(key, {}, self, {DType::Int64, {n * rank}}, {{}, {Part{rank, 0}}}, at::kLong, "aten::nonzero",
+                         [&](Builder& b, const std::vector<Value>&, const Value& pos) {
+                           std::vector<Value> coords;
+                           int64_t stride = 1;
+                           for (int64_t d = rank - 1; d >= 0; --d) {  // row-major unravel of the flat position
+                             Value c = b.binary(Binary::Divide, pos, b.constant_int(stride, pos.type));
+                             c = b.binary(Binary::Remainder, c, b.constant_int(sizes[d], pos.type));
+                             coords.insert(coords.begin(), b.reshape(c, {n, 1}));
+                             stride *= sizes[d];
+                           }
+                           return b.reshape(b.concatenate(coords, 1), {n * rank});
+                         });
+}
+
 at::Tensor nonzero(const at::Tensor& self) {
+  if (defer_data_dependent_sizes() && self.numel() > 0 && self.dim() > 0) return deferred_nonzero(self);
   int64_t count = self.numel() == 0 ? 0 : nonzero_count(self);
   int64_t rank = self.dim();
   if (count == 0 || rank == 0) return empty_result({count, rank}, at::kLong, self);
@@ -91,6 +153,13 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
               "Expected all tensors to be on the same device, but found at least "
               "two devices, ",
               values.device(), " and ", where.device(), "! (in aten::masked_select on tpu)");
+  if (defer_data_dependent_sizes() && where.numel() > 0) {
+    const int64_t n = where.numel();
+    TensorType type{to_dtype(values.scalar_type()), {n}};
+    return deferred_select(
+        "masked_select_deferred|" + type.str(), {values}, where, type, {{}}, self.scalar_type(), "aten::masked_select",
+        [](Builder& b, const std::vector<Value>& v, const Value& pos) { return b.gather_1d(v[0], pos); });
+  }
   int64_t count = where.numel() == 0 ? 0 : nonzero_count(where);
   if (count == 0) return empty_result({0}, self.scalar_type(), self);
   TensorType vflat{to_dtype(values.scalar_type()), {values.numel()}}, mflat{DType::Bool, {where.numel()}};
@@ -112,7 +181,8 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
 // inverse and the counts by scatter.
 struct Grouped {
   pjrt::BufferPtr rows, order, group;  // grouped rows [m*k], their source rows [m], group ids [m]
-  int64_t count = 0;
+  pjrt::BufferPtr groups;              // how many groups: int32[1]
+  int64_t count = 0;                   // read when not deferred, else the largest count, m
 };
 
 // "row l goes before row r", lexicographically. Elements (k == 1) sort NaN
@@ -140,7 +210,7 @@ constexpr UniqueOp kUnique2{"aten::_unique2 (group)", "aten::_unique2"};
 constexpr UniqueOp kUniqueDim{"aten::unique_dim (group)", "aten::unique_dim"};
 constexpr UniqueOp kUniqueConsecutive{"aten::unique_consecutive (group)", "aten::unique_consecutive"};
 
-Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op) {
+Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op, bool defer) {
   const int64_t m = rows.size(0), k = rows.size(1);
   TensorType flat{to_dtype(rows.scalar_type()), {m * k}};
   std::string key =
@@ -170,22 +240,28 @@ Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op) {
     Value group = b.binary(Binary::Subtract, lowering::scan(b, b.convert(first, DType::Int64), 0, Binary::Add, 0),
                            b.constant_int(1, index_type));
     Value count = b.binary(Binary::Add, b.slice(group, {m - 1}, {m}, {1}), b.constant_int(1, {DType::Int64, {1}}));
+    count = b.convert(count, DType::Int32);
     return std::make_pair(b.module({b.reshape(x, {m * k}), order, group, count}),
-                          std::vector<TensorType>{flat, index_type, index_type, {DType::Int64, {1}}});
+                          std::vector<TensorType>{flat, index_type, index_type, {DType::Int32, {1}}});
   });
   auto out = Runtime::get().execute(program, {read_dense(rows)}, device_index(rows), op.group);
-  Grouped g{out[0], out[1], out[2], 0};
+  Grouped g{out[0], out[1], out[2], out[3], m};
+  if (defer) return g;
+  int32_t count = 0;
   Runtime::get().flush("data_dependent");
-  Runtime::get().download(*out[3], &g.count, sizeof g.count);
+  Runtime::get().download(*out[3], &count, sizeof count);
+  g.count = count;
   return g;
 }
 
 // The unique rows of `rows` ([m, k], m > 0) as a flat [count * k] tensor,
-// the inverse [m] and the counts [count].
+// the inverse [m] and the counts [count]. `elements` (unique of elements, in
+// Fused mode): deferred, values and counts padded to m, the count on the device.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Tensor& rows, bool sort,
-                                                                    const UniqueOp& op) {
+                                                                    const UniqueOp& op, bool elements = false) {
   const int64_t m = rows.size(0), k = rows.size(1);
-  Grouped g = group_equal(rows, sort, op);
+  const bool defer = elements && k == 1 && defer_data_dependent_sizes();
+  Grouped g = group_equal(rows, sort, op, defer);
   const int64_t count = g.count;
   const int dev = device_index(rows);
   TensorType flat{to_dtype(rows.scalar_type()), {m * k}}, index_type{DType::Int64, {m}};
@@ -222,6 +298,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Te
                           std::vector<TensorType>{values.type, inverse.type, counts.type});
   });
   auto out = Runtime::get().execute(program, {g.rows, g.order, g.group}, dev, op.gather);
+  if (defer) {
+    auto size = device_size(g.groups);
+    Runtime::get().count("deferred_counts");
+    const PaddedDims dims{{Part{-size->id, m}}};
+    return {wrap_padded(out[0], dims, rows.scalar_type(), dev, {size}), wrap_buffer(out[1], {m}, at::kLong, dev),
+            wrap_padded(out[2], dims, at::kLong, dev, {size}), -1};
+  }
   return {wrap_buffer(out[0], {count * k}, rows.scalar_type(), dev), wrap_buffer(out[1], {m}, at::kLong, dev),
           wrap_buffer(out[2], {count}, at::kLong, dev), count};
 }
@@ -233,7 +316,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_flat(const at::Tensor& sel
     return {at::empty({0}, self.options()),
             at::empty(return_inverse ? self.sizes() : at::IntArrayRef{0}, index_options),
             at::empty({0}, index_options)};
-  auto [values, inverse, counts, count] = unique_rows(self.reshape({self.numel(), 1}), sort, op);
+  auto [values, inverse, counts, count] = unique_rows(self.reshape({self.numel(), 1}), sort, op, /*elements=*/true);
   return {values, return_inverse ? inverse.view(self.sizes()) : at::empty({0}, index_options),
           return_counts ? counts : at::empty({0}, index_options)};
 }
@@ -301,6 +384,32 @@ void unique_consecutive(const c10::OperatorHandle& op, torch::jit::Stack* stack)
 }
 
 }  // namespace
+
+std::optional<at::Tensor> deferred_mask_index(const at::Tensor& self,
+                                              const c10::List<std::optional<at::Tensor>>& indices) {
+  if (!defer_data_dependent_sizes() || indices.size() != 1) return std::nullopt;
+  const std::optional<at::Tensor> mask = indices.get(0);
+  if (!mask || !mask->defined() || mask->scalar_type() != at::kBool || mask->device() != self.device() ||
+      mask->dim() == 0 || mask->dim() > self.dim() || mask->numel() == 0)
+    return std::nullopt;
+  if (mask->sizes() != self.sizes().slice(0, static_cast<size_t>(mask->dim())))
+    return std::nullopt;  // the exact path raises
+  const int64_t m = mask->numel(), r = self.numel() / m;
+  PaddedDims dims{{}};
+  for (int64_t d = mask->dim(); d < self.dim(); ++d) dims.push_back({Part{self.size(d), 0}});
+  TensorType type{to_dtype(self.scalar_type()), {m * r}};
+  std::string key = "mask_index_deferred|" + type.str() + "|" + std::to_string(r);
+  return deferred_select(key, {self}, *mask, type, std::move(dims), self.scalar_type(), "aten::index",
+                         [m, r](Builder& b, const std::vector<Value>& x, const Value& pos) {
+                           if (r == 1) return b.gather_1d(x[0], pos);
+                           // Row pos[i] is elements pos[i] * r + 0..r-1.
+                           TensorType grid{DType::Int64, {m, r}};
+                           Value rows = b.broadcast_in_dim(b.reshape(pos, {m, 1}), grid.shape, {0, 1});
+                           Value at = b.binary(Binary::Add, b.binary(Binary::Multiply, rows, b.constant_int(r, grid)),
+                                               b.iota(grid, 1));
+                           return b.gather_1d(x[0], b.reshape(at, {m * r}));
+                         });
+}
 
 // equal(self, other): equal sizes and every element equal (a NaN never is),
 // dtypes promoted as eq does: one reduction on the device, then one sync.

@@ -195,7 +195,8 @@ struct TpuAllocator final : c10::DeviceAllocator {
   // Storage values are immutable buffers, so a copy shares the value.
   void copy_data(void* dst, const void* src, std::size_t) const override {
     auto* d = static_cast<DeviceStorage*>(dst);
-    const auto* s = static_cast<const DeviceStorage*>(src);
+    auto* s = static_cast<DeviceStorage*>(const_cast<void*>(src));
+    learn_sizes(*s);  // a copy of a deferred storage is an ordinary one
     d->value = s->value;
     d->dtype = s->dtype;
     if (s->padding) {  // the copy is padded alike, its padding accounted too

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "aten/bounded.h"
@@ -445,8 +446,9 @@ c10::IValue to_meta(const c10::IValue& v) {
 }
 
 // index_put_ with one bool (or uint8) mask among its indices and a
-// one-element value on the CPU is masked_fill_ with the value's number, as in
-// PyTorch's index_put_ (so x[mask] = torch.tensor(2) casts 2 to x's dtype).
+// one-element value is masked_fill_ with that value cast to x's dtype, as in
+// PyTorch's index_put_ (so x[mask] = torch.tensor(2) casts 2 to x's dtype):
+// no count, no sync.
 // all / any written into a uint8 out= tensor test the input converted to
 // uint8 first, as CPU's legacy path does (0.5 counts as zero there).
 void uint8_all_any(const OpPlan& plan, std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
@@ -550,7 +552,7 @@ bool index_put_as_masked_fill(const OpPlan& plan, const std::vector<c10::IValue>
   if (args.size() < 4 || args[3].toBool() || !args[2].isTensor()) return false;  // accumulate
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& value = args[2].toTensor();
-  if (value.numel() != 1 || !value.is_cpu()) return false;
+  if (value.numel() != 1 || (!value.is_cpu() && value.device() != self.device())) return false;
   at::Tensor mask;
   int64_t dim = 0;
   for (const auto& t : args[1].toOptionalTensorList()) {
@@ -571,7 +573,10 @@ bool index_put_as_masked_fill(const OpPlan& plan, const std::vector<c10::IValue>
   if (!mask.defined()) return false;
   for (int64_t j = dim; j < self.dim(); ++j) mask = mask.unsqueeze(-1);
   at::Tensor target = plan.name == "aten::index_put" ? self.clone(at::MemoryFormat::Preserve) : self;
-  target.masked_fill_(mask, value.item());
+  if (value.is_cpu())
+    target.masked_fill_(mask, value.item());
+  else
+    target.masked_fill_(mask, value.reshape({}).to(self.scalar_type()));
   torch::jit::drop(*stack, args.size());
   stack->push_back(target);
   return true;
@@ -1262,13 +1267,47 @@ bool bounded_cat(const OpPlan& plan, const std::vector<c10::IValue>& args, const
     buffers.push_back(call.list_reads[0][e] ? call.list_reads[0][e]->value : read_dense(list[e]));
   std::vector<int64_t> reals;
   for (const auto& s : call.symbols) reals.push_back(s.first);
-  buffers.push_back(sizes_buffer(reals, dev));
+  buffers.push_back(sizes_buffer(reals, {}, dev));
   auto results = Runtime::get().execute(program, buffers, dev, plan.name.c_str());
   PaddedDims out_dims = dims[0];
   out_dims[dim] = {Part{total, bucket > 1 ? bucket : 0}};
   Runtime::get().count("bounded_ops");
   torch::jit::drop(*stack, args.size());
   stack->push_back(wrap_padded(results[0], out_dims, list[0].scalar_type(), dev));
+  return true;
+}
+
+// Whether a call over deferred tensors (a nonzero's count still on the
+// device) can run without learning their sizes: a pointwise op over tensors
+// of one deferred shape and single elements, or a reduction that is defined
+// over no elements (a max of none raises on CPU, so it learns the count).
+bool takes_deferred(const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  static const std::set<std::string> reductions{"aten::sum",  "aten::mean", "aten::nansum",
+                                                "aten::prod", "aten::any",  "aten::all"};
+  if (!plan.pointwise && !reductions.count(plan.name.substr(0, plan.name.find('.')))) return false;
+  std::optional<PaddedRead> first;
+  for (const auto& v : args) {
+    if (v.isTensorList() || v.isOptionalTensorList()) return false;
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (!deferred(t)) {
+      if (!plan.pointwise || t.numel() != 1) return false;
+      continue;
+    }
+    auto read = padded_read(t);
+    if (!read) return false;
+    if (!first) {
+      first = std::move(read);
+      continue;
+    }
+    if (read->dims.size() != first->dims.size()) return false;
+    for (size_t d = 0; d < read->dims.size(); ++d) {
+      if (read->dims[d].size() != first->dims[d].size()) return false;
+      for (size_t j = 0; j < read->dims[d].size(); ++j)
+        if (read->dims[d][j].real != first->dims[d][j].real || read->dims[d][j].bucket != first->dims[d][j].bucket)
+          return false;
+    }
+  }
   return true;
 }
 
@@ -1293,12 +1332,20 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   if (!any) return false;
   auto& runtime = Runtime::get();
   const size_t n = original.size();
+  const bool has_deferred = std::any_of(original.begin(), original.end(),
+                                        [](const c10::IValue& v) { return v.isTensor() && deferred(v.toTensor()); });
+  if (has_deferred && !takes_deferred(plan, original)) {
+    runtime.count("deferred_size_reads::" + plan.name);
+    for (const auto& v : original)
+      if (v.isTensor() && deferred(v.toTensor())) (void)v.toTensor().sizes();  // learned: a sync
+    return bounded_kernel(op, plan, original, stack);
+  }
   // A pointwise op broadcasts: a plain tensor expanded along a bounded dim
   // (the gradient of a sum) is read unexpanded there (size 1: no size in
   // the key), as long as the output keeps the shape PyTorch gives it.
   std::vector<c10::IValue> args(original);
   std::optional<std::vector<int64_t>> broadcast_shape;
-  if (plan.pointwise) {
+  if (plan.pointwise && !has_deferred) {  // (takes_deferred checked a deferred call's shapes)
     std::vector<int64_t> shape;
     for (size_t i = 0; i < n; ++i) {
       auto& v = args[i];
@@ -1436,7 +1483,10 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   }
   std::vector<int64_t> reals;
   for (const auto& s : call.symbols) reals.push_back(s.first);
-  buffers.push_back(sizes_buffer(reals, dev));
+  std::vector<std::shared_ptr<runtime::DeviceSize>> unknown;
+  for (const auto& read : call.reads)
+    if (read) unknown.insert(unknown.end(), read->unknown.begin(), read->unknown.end());
+  buffers.push_back(sizes_buffer(reals, unknown, dev));
   if (broadcast_shape && bounded->outputs.size() == 1) {  // the unexpanded inputs did not shrink it
     std::vector<int64_t> sizes;
     for (const auto& parts : bounded->outputs[0]) {
@@ -1482,7 +1532,7 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
     if (!any_bounded) {
       outputs.push_back(wrap_buffer(results[k], sizes, dtype, dev, layout_of(*bounded->program, k)));
     } else if (order.empty()) {
-      outputs.push_back(wrap_padded(results[k], dims, dtype, dev));
+      outputs.push_back(wrap_padded(results[k], dims, dtype, dev, unknown));
     } else {  // stored in memory order, seen permuted back
       PaddedDims stored;
       std::vector<int64_t> back(order.size());
@@ -1490,7 +1540,7 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
         stored.push_back(dims[static_cast<size_t>(order[i])]);
         back[static_cast<size_t>(order[i])] = static_cast<int64_t>(i);
       }
-      outputs.push_back(wrap_padded(results[k], stored, dtype, dev).permute(back));
+      outputs.push_back(wrap_padded(results[k], stored, dtype, dev, unknown).permute(back));
     }
   }
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan()) {
@@ -1516,6 +1566,12 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   uint8_all_any(plan, args, stack);
   check_index_dtypes(args);
   if (index_put_as_masked_fill(plan, args, stack)) return;
+  if (plan.name == "aten::index.Tensor" && args[1].isOptionalTensorList())
+    if (auto result = deferred_mask_index(args[0].toTensor(), args[1].toOptionalTensorList())) {
+      torch::jit::drop(*stack, n);
+      stack->push_back(std::move(*result));
+      return;
+    }
   expand_index_masks(args, stack);
   check_index_shapes(plan, args);
   resolve_generators(op.schema(), args);

@@ -44,9 +44,19 @@ int64_t positive_env(const char* name, int64_t fallback, const std::string& unit
 // past its real size are padding of any value. Programs over it are compiled
 // per bucket, not per size. nbytes stays the size PyTorch sees; the padding's
 // bytes are accounted as padding_bytes.
+//
+// A size only the device knows yet (the count of a nonzero recorded in a
+// Fused window, README "Data-dependent ops in Fused windows") is a negative
+// entry of `sizes`: -id of one of `unknown`, until a host read learns it.
+struct DeviceSize {
+  int64_t id = 0;                // > 0
+  pjrt::BufferPtr count;         // int32[1] on the device
+  std::optional<int64_t> value;  // once read
+};
 struct Padding {
-  std::vector<int64_t> sizes;    // the real tensor the storage holds
-  std::vector<int64_t> buckets;  // per dim: its padded size when bounded, else 0
+  std::vector<int64_t> sizes;                        // the real tensor the storage holds
+  std::vector<int64_t> buckets;                      // per dim: its padded size when bounded, else 0
+  std::vector<std::shared_ptr<DeviceSize>> unknown;  // what its negative sizes stand for
   std::vector<int64_t> padded() const {
     std::vector<int64_t> p(sizes);
     for (size_t d = 0; d < p.size(); ++d)

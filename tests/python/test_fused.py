@@ -75,7 +75,8 @@ def test_views_and_inplace_writes_in_a_window(fused):
     [
         ("synchronize", lambda t: torch.tpu.synchronize()),
         ("mark_step", lambda t: torch_tpu.mark_step()),
-        ("data_dependent", lambda t: torch.nonzero(t)),
+        ("size_read", lambda t: torch.nonzero(t).shape),
+        ("data_dependent", lambda t: torch.unique(t, dim=0)),
         ("host_read", lambda t: t.sum().item()),
         ("host_read", lambda t: print(t)),
     ],
