@@ -27,6 +27,8 @@ std::vector<Part> storage_parts(const runtime::Padding& p) {
 
 std::atomic<bool> any_padded{false};  // see padded_storages_exist
 
+pjrt::BufferPtr uploaded_sizes(const std::vector<int64_t>& sizes, int device);
+
 // A tensor over a storage whose sizes are still on the device (deferred()):
 // its sizes, strides and element count are learned on first read, which
 // flushes the Fused window and reads the count; from then on it is an
@@ -136,9 +138,11 @@ void store_padded(DeviceStorage& s, const at::Tensor& real, runtime::Padding pad
 }
 
 // A view of a padded storage that is a box of it (x[..., a:b], x.chunk(),
-// an expand, a static dim split in several): each of its dims steps along one
-// storage dim, and a bounded one is taken whole by one dim. Read by a strided read of the padded value (a program per
-// bucket); nullopt for any other view.
+// an expand, a static dim split in several, x[:, -1]): each of its dims steps
+// along one storage dim; a bounded one is taken whole by one dim, or indexed
+// (the view takes one of its elements, at a runtime offset: no program per
+// size). Read by a strided read of the padded value (a program per bucket);
+// nullopt for any other view.
 std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) {
   const auto& real = s.padding->sizes;
   const auto padded = s.padding->padded();
@@ -148,16 +152,13 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
     real_strides[i] = i + 1 < rank ? real_strides[i + 1] * real[i + 1] : 1;
     padded_strides[i] = i + 1 < rank ? padded_strides[i + 1] * padded[i + 1] : 1;
   }
-  int64_t offset = 0;  // the view's first element, in the padded value
   std::vector<int64_t> start(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    start[i] = (t.storage_offset() / real_strides[i]) % real[i];
-    offset += start[i] * padded_strides[i];
-  }
+  for (size_t i = 0; i < rank; ++i) start[i] = (t.storage_offset() / real_strides[i]) % real[i];
   PaddedRead read;
   std::vector<int64_t> sizes, strides;
   std::vector<int64_t> last(start);  // per storage dim, the last index the view reaches
   std::vector<bool> bounded_used(rank, false);
+  int64_t extent = 1;  // elements of the padded value the view spans from its first
   for (int64_t j = 0; j < t.dim(); ++j) {
     const int64_t size = t.size(j), stride = t.stride(j);
     auto& parts = read.dims.emplace_back();
@@ -180,20 +181,43 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
     parts.push_back({size, bucket});
     sizes.push_back(parts.back().padded());
     strides.push_back(step * padded_strides[i]);
+    extent += (sizes.back() - 1) * strides.back();
   }
-  for (size_t i = 0; i < rank; ++i)
-    if (s.padding->buckets[i] && !bounded_used[i]) return std::nullopt;
+  // The view's first element: a static offset, plus the index into each
+  // bounded dim it does not step along (x[:, -1] of [b, n, h]: n - 1).
+  int64_t offset = 0, runtime_offset = 0;
+  std::string indexed;
+  for (size_t i = 0; i < rank; ++i) {
+    if (s.padding->buckets[i] && !bounded_used[i]) {
+      runtime_offset += start[i] * padded_strides[i];
+      indexed += std::to_string(i) + ",";
+    } else {
+      offset += start[i] * padded_strides[i];
+    }
+  }
   const DType dtype = s.dtype;
   const int64_t storage_numel = product(padded);
   std::string key = "padded_view|" + stablehlo::mlir_name(dtype) + "|" + std::to_string(storage_numel) + "|" +
                     dims_key(sizes) + ":" + dims_key(strides) + "@" + std::to_string(offset);
+  std::vector<pjrt::BufferPtr> inputs{s.value};
+  if (!indexed.empty()) {
+    key += "+[" + indexed + "]/" + std::to_string(extent);
+    inputs.push_back(uploaded_sizes({runtime_offset}, s.device));
+  }
   auto program = Runtime::get().program(key, [&] {
     stablehlo::Builder b;
     auto storage = b.parameter(TensorType{dtype, {storage_numel}});
-    auto out = lowering::strided_read(b, storage, sizes, strides, offset);
+    stablehlo::Value out;
+    if (indexed.empty()) {
+      out = lowering::strided_read(b, storage, sizes, strides, offset);
+    } else {  // the span from the runtime offset, then a static strided read of it
+      auto at = b.reshape(b.parameter(TensorType{DType::Int32, {1}}), {});
+      at = b.binary(stablehlo::Binary::Add, at, b.constant_int(offset, TensorType{DType::Int32, {}}));
+      out = lowering::strided_read(b, b.dynamic_slice(storage, {at}, {extent}), sizes, strides, 0);
+    }
     return std::make_pair(b.module({out}), std::vector<TensorType>{{dtype, {product(sizes)}}});
   });
-  read.value = Runtime::get().execute(program, {s.value}, s.device, "bounded view read")[0];
+  read.value = Runtime::get().execute(program, inputs, s.device, "bounded view read")[0];
   read.whole = false;
   read.box_strides = strides;
   read.stored = sizes;
@@ -429,7 +453,9 @@ bool copy_padded(const at::Tensor& src, const at::Tensor& dst) {
   Runtime::get().replaced(value, s.value);
   s.value = std::move(value);
   s.dtype = to;
-  s.padding = std::move(padding);
+  // A box with no bounded dim left (x[:, -1]) is plain.
+  const bool bounded = std::any_of(padding.buckets.begin(), padding.buckets.end(), [](int64_t b) { return b != 0; });
+  s.padding = bounded ? std::optional<runtime::Padding>(std::move(padding)) : std::nullopt;
   set_padding_bytes(s, padding_bytes_of(s));
   return true;
 }

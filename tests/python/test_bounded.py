@@ -69,6 +69,8 @@ FAMILIES = {
     ),
     "isin": lambda x: torch.isin((x * 2).round(), torch.tensor([0.0, 1.0], device=x.device)).float() + x,
     "triangular": lambda x: (x @ x.transpose(1, 2)).triu(1) - (x @ x.transpose(1, 2)).tril(),
+    # An index into the bounded dim (the last token's logits): read at a runtime offset.
+    "last_position": lambda x: x[:, -1] * 2 + x[:, -1:].sum(1) + x[:, 0].exp(),
 }
 
 
@@ -88,6 +90,20 @@ def test_a_family_over_a_bounded_dim_matches_cpu_and_compiles_per_bucket(family)
         x = torch.randn(3, n, H)
         close(f(marked(x)), f(x), 1e-2 if family == "promotion" else 1e-5)
     assert torch_tpu.metrics()["bucket_compiles"] == m["bucket_compiles"]
+
+
+def test_the_last_position_of_a_bounded_dim_builds_no_program_per_size():
+    f = FAMILIES["last_position"]
+    for n in [5, 7]:  # bucket 8
+        f(marked(torch.randn(3, n, H)))
+    torch.tpu.synchronize()
+    before = torch_tpu.metrics()["cached_programs"]
+    for n in [6, 8]:
+        x = torch.randn(3, n, H)
+        close(f(marked(x)), f(x))
+        close(marked(x)[:, -1].clone(), x[:, -1].clone())
+        close(marked(x)[:, -1].float(), x[:, -1])
+    assert torch_tpu.metrics()["cached_programs"] - before <= 2  # the clone's and the copy's first
 
 
 class Tiny(nn.Module):
