@@ -29,6 +29,25 @@ std::atomic<bool> any_padded{false};  // see padded_storages_exist
 
 pjrt::BufferPtr uploaded_sizes(const std::vector<int64_t>& sizes, int device);
 
+const std::shared_ptr<runtime::DeviceSize>& find_size(const std::vector<std::shared_ptr<runtime::DeviceSize>>& unknown,
+                                                      int64_t id) {
+  auto it = std::find_if(unknown.begin(), unknown.end(), [&](const auto& u) { return u->id == id; });
+  TORCH_INTERNAL_ASSERT(it != unknown.end(), "torch_tpu: a deferred size without its device count");
+  return *it;
+}
+
+// A device size's value: the window flushed and the count read, once.
+int64_t read_size(runtime::DeviceSize& size) {
+  if (!size.value) {
+    Runtime::get().flush("size_read");
+    int32_t count = 0;
+    Runtime::get().download(*size.count, &count, sizeof count);
+    size.value = count;
+    Runtime::get().count("deferred_size_reads");
+  }
+  return *size.value;
+}
+
 // A tensor over a storage whose sizes are still on the device (deferred()):
 // its sizes, strides and element count are learned on first read, which
 // flushes the Fused window and reads the count; from then on it is an
@@ -37,14 +56,15 @@ pjrt::BufferPtr uploaded_sizes(const std::vector<int64_t>& sizes, int device);
 class DeferredSizesImpl final : public c10::TensorImpl {
  public:
   DeferredSizesImpl(c10::Storage storage, caffe2::TypeMeta dtype, const std::vector<int64_t>& padded,
-                    std::vector<int> parts_per_dim)
+                    std::vector<std::vector<int64_t>> reals, std::vector<std::shared_ptr<runtime::DeviceSize>> unknown)
       : TensorImpl(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype),
-        parts_per_dim_(std::move(parts_per_dim)) {
+        reals_(std::move(reals)),
+        unknown_(std::move(unknown)) {
     set_sizes_contiguous(padded);
     set_custom_sizes_strides(SizesStridesPolicy::CustomSizes);
   }
   bool learned() const { return learned_; }
-  int parts(int64_t d) const { return parts_per_dim_[static_cast<size_t>(d)]; }
+  int parts(int64_t d) const { return static_cast<int>(reals_[static_cast<size_t>(d)].size()); }
   void learn() const { const_cast<DeferredSizesImpl*>(this)->learn_now(); }
 
   c10::intrusive_ptr<TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version,
@@ -87,10 +107,9 @@ class DeferredSizesImpl final : public c10::TensorImpl {
     DeviceStorage& s = *static_cast<DeviceStorage*>(storage_.data_ptr().get());
     learn_sizes(s);
     std::vector<int64_t> sizes;
-    size_t next = 0;
-    for (int parts : parts_per_dim_) {
+    for (const auto& parts : reals_) {
       int64_t n = 1;
-      for (int k = 0; k < parts; ++k) n *= s.padding ? s.padding->sizes[next++] : 0;
+      for (int64_t real : parts) n *= real >= 0 ? real : read_size(*find_size(unknown_, -real));
       sizes.push_back(n);
     }
     learned_ = true;
@@ -100,7 +119,8 @@ class DeferredSizesImpl final : public c10::TensorImpl {
     empty_tensor_restride(at::MemoryFormat::Contiguous);
     storage_.unsafeGetStorageImpl()->set_nbytes(s.nbytes);
   }
-  std::vector<int> parts_per_dim_;  // how many of the storage's padded dims each tensor dim is
+  std::vector<std::vector<int64_t>> reals_;  // per dim, its parts' real sizes (-id: unknown_'s)
+  std::vector<std::shared_ptr<runtime::DeviceSize>> unknown_;
   bool learned_ = false;
 };
 
@@ -369,7 +389,7 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
                        const std::vector<std::shared_ptr<runtime::DeviceSize>>& unknown) {
   runtime::Padding padding;
   std::vector<int64_t> sizes, padded;
-  std::vector<int> parts_per_dim;
+  std::vector<std::vector<int64_t>> reals;
   for (const auto& parts : dims) {
     int64_t n = 1, m = 1;
     for (const Part& p : parts) {
@@ -385,7 +405,8 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
     }
     sizes.push_back(n);
     padded.push_back(m);
-    parts_per_dim.push_back(static_cast<int>(parts.size()));
+    auto& dim_reals = reals.emplace_back();
+    for (const Part& p : parts) dim_reals.push_back(p.real);
   }
   if (!padding.unknown.empty()) {  // deferred: the storage holds the padded value; learned on a size read
     c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
@@ -393,7 +414,7 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
     c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, c10::GetAllocator(c10::DeviceType::PrivateUse1),
                          /*resizable=*/true);
     at::Tensor t = at::detail::make_tensor<DeferredSizesImpl>(std::move(storage), c10::scalarTypeToTypeMeta(dtype),
-                                                              padded, std::move(parts_per_dim));
+                                                              padded, std::move(reals), padding.unknown);
     DeviceStorage& s = storage_of(t);
     s.value = std::move(value);
     s.dtype = to_dtype(dtype);
@@ -623,9 +644,7 @@ pjrt::BufferPtr sizes_buffer(const std::vector<int64_t>& sizes,
   for (size_t k = 0; k < sizes.size(); ++k) {
     if (sizes[k] >= 0) continue;
     known[k] = 0;
-    auto it = std::find_if(unknown.begin(), unknown.end(), [&](const auto& u) { return u->id == -sizes[k]; });
-    TORCH_INTERNAL_ASSERT(it != unknown.end(), "torch_tpu: a deferred size without its device count");
-    buffers.push_back((*it)->count);
+    buffers.push_back(find_size(unknown, -sizes[k])->count);
     at.push_back(static_cast<int64_t>(k));
   }
   buffers[0] = uploaded_sizes(known, device);
@@ -662,20 +681,8 @@ bool deferred(const at::Tensor& t) {
 void learn_sizes(DeviceStorage& s) {
   if (!has_unknown(s)) return;
   auto& padding = *s.padding;
-  bool flushed = false;
-  for (auto& u : padding.unknown) {
-    if (u->value) continue;
-    if (!flushed) Runtime::get().flush("size_read");
-    flushed = true;
-    int32_t count = 0;
-    Runtime::get().download(*u->count, &count, sizeof count);
-    u->value = count;
-    Runtime::get().count("deferred_size_reads");
-  }
   for (auto& n : padding.sizes)
-    if (n < 0)
-      for (const auto& u : padding.unknown)
-        if (u->id == -n) n = *u->value;
+    if (n < 0) n = read_size(*find_size(padding.unknown, -n));  // one flush: the first read
   padding.unknown.clear();
   // The storage held its padded bytes; now its real bytes plus their padding.
   const int64_t real_bytes = product(padding.sizes) * static_cast<int64_t>(stablehlo::byte_size(s.dtype));
