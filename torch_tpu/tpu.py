@@ -1,6 +1,7 @@
 """The `torch.tpu` device module, modelled on `torch.cuda`."""
 
 import contextlib
+import dataclasses
 import os
 
 import torch
@@ -64,6 +65,46 @@ def synchronize(device=None) -> None:
 def get_device_name(device=None) -> str:
     """The plugin's platform and device kind, e.g. "cpu (cpu)" or "cuda (NVIDIA H200)"."""
     return f"{_C.platform_name()} ({_C.device_kind(_index(device))})"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProperties:
+    """What torch.tpu.get_device_properties returns (torch.cuda's counterpart
+    has name and total_memory too): the plugin's platform and device kind, its
+    memory capacity, and the PJRT device attributes as the plugin names them."""
+
+    index: int
+    id: int  # the plugin's global device id
+    name: str  # the device kind: "cpu", "NVIDIA H200", "TPU v5 lite"
+    platform: str  # "cpu", "cuda", "tpu"
+    platform_version: str
+    pjrt_api_version: str
+    total_memory: int  # bytes: what allocations are checked against (mem_get_info's total)
+    attributes: dict  # PJRT_DeviceDescription_Attributes
+
+    def __repr__(self) -> str:
+        return (
+            f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
+            f"total_memory={self.total_memory // 2**20}MB, attributes={self.attributes})"
+        )
+
+
+def get_device_properties(device=None) -> DeviceProperties:
+    """The properties of a tpu device (the current one by default)."""
+    index = _index(device)
+    count = _C.device_count()
+    if not 0 <= index < count:
+        raise ValueError(f"torch.tpu.get_device_properties: device {index} is out of range ({count} tpu devices)")
+    return DeviceProperties(
+        index=index,
+        id=_C.device_id(index),
+        name=_C.device_kind(index),
+        platform=_C.platform_name(),
+        platform_version=_C.platform_version(),
+        pjrt_api_version=_C.plugin_api_version(),
+        total_memory=_C.memory_capacity(index),
+        attributes=dict(_C.device_attributes(index)),
+    )
 
 
 def memory_allocated(device=None) -> int:

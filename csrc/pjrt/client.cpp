@@ -385,6 +385,32 @@ std::string Client::device_kind(size_t index) const {
   return std::string(k.device_kind, k.device_kind_size);
 }
 
+std::vector<std::pair<std::string, Client::Attribute>> Client::device_attributes(size_t index) const {
+  auto g = args<PJRT_Device_GetDescription_Args>();
+  g.device = devices_.at(index);
+  plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+  auto a = args<PJRT_DeviceDescription_Attributes_Args>();
+  a.device_description = g.device_description;
+  plugin_->check(plugin_->api()->PJRT_DeviceDescription_Attributes(&a), "PJRT_DeviceDescription_Attributes");
+  std::vector<std::pair<std::string, Attribute>> out;
+  for (size_t i = 0; i < a.num_attributes; ++i) {
+    const PJRT_NamedValue& v = a.attributes[i];
+    Attribute value;
+    switch (v.type) {
+      case PJRT_NamedValue_kString: value = std::string(v.string_value, v.value_size); break;
+      case PJRT_NamedValue_kInt64: value = v.int64_value; break;
+      case PJRT_NamedValue_kInt64List:
+        value = std::vector<int64_t>(v.int64_array_value, v.int64_array_value + v.value_size);
+        break;
+      case PJRT_NamedValue_kFloat: value = static_cast<double>(v.float_value); break;
+      case PJRT_NamedValue_kBool: value = v.bool_value; break;
+      default: continue;  // a kind newer than our declaration
+    }
+    out.emplace_back(std::string(v.name, v.name_size), std::move(value));
+  }
+  return out;
+}
+
 int Client::device_id(size_t index) const {
   auto g = args<PJRT_Device_GetDescription_Args>();
   g.device = devices_.at(index);

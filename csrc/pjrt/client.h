@@ -8,6 +8,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "pjrt/pjrt_c_api.h"
@@ -174,6 +176,10 @@ class Client {
   std::string platform_name() const;
   std::string platform_version() const;
   std::string device_kind(size_t index) const;
+  // The plugin's description of device `index`: named values (a GPU's
+  // compute capability and core count, a TPU's coordinates), as it gives them.
+  using Attribute = std::variant<std::string, int64_t, std::vector<int64_t>, double, bool>;
+  std::vector<std::pair<std::string, Attribute>> device_attributes(size_t index) const;
   // The plugin's global id of a device: what a device assignment names.
   int device_id(size_t index) const;
   // The plugin's memory statistics of a device; nullopt where the plugin

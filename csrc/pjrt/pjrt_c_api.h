@@ -221,6 +221,13 @@ struct PJRT_Client_BufferFromHostBuffer_Args {
   PJRT_Buffer* buffer;
 };
 
+struct PJRT_DeviceDescription_Attributes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  size_t num_attributes;              // out
+  const PJRT_NamedValue* attributes;  // out
+};
 struct PJRT_DeviceDescription_Kind_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
@@ -418,7 +425,7 @@ struct PJRT_Api {
 
   TORCH_TPU_PJRT_FN(PJRT_DeviceDescription_Id);
   PJRT_Fn PJRT_DeviceDescription_ProcessIndex;
-  PJRT_Fn PJRT_DeviceDescription_Attributes;
+  TORCH_TPU_PJRT_FN(PJRT_DeviceDescription_Attributes);
   TORCH_TPU_PJRT_FN(PJRT_DeviceDescription_Kind);
   PJRT_Fn PJRT_DeviceDescription_DebugString;
   PJRT_Fn PJRT_DeviceDescription_ToString;

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import torch_tpu
@@ -27,6 +28,19 @@ def test_device_module():
     torch.tpu.synchronize()
     with torch.tpu.device(0):
         assert torch.tpu.current_device() == 0
+
+
+def test_device_properties():
+    props = torch.tpu.get_device_properties(0)
+    assert props.index == 0 and props.name == torch_tpu._C.device_kind(0)
+    assert props.platform == torch_tpu._C.platform_name()
+    assert props.total_memory == torch.tpu.mem_get_info(0)[1] > 0
+    assert isinstance(props.attributes, dict)
+    assert "total_memory=" in repr(props)
+    last = torch.tpu.device_count() - 1
+    assert torch.tpu.get_device_properties(f"tpu:{last}").index == last
+    with pytest.raises(ValueError, match="device 99 is out of range"):
+        torch.tpu.get_device_properties(99)
 
 
 def test_factories_match_cpu():
