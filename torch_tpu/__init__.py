@@ -218,6 +218,20 @@ def cache_info() -> dict:
     return dict(_C.cache_info())
 
 
+@contextlib.contextmanager
+def cache_only(enabled: bool = True):
+    """Within the block, a program that is in neither the in-memory nor the
+    persistent compilation cache raises (naming the program) instead of
+    compiling: a production warm start proves it compiles nothing.
+    TORCH_TPU_CACHE_ONLY=1 sets it for the whole process."""
+    before = _C._cache_only()
+    _C._set_cache_only(enabled)
+    try:
+        yield
+    finally:
+        _C._set_cache_only(before)
+
+
 def cache_clear() -> int:
     """Removes every entry of the persistent compilation cache; returns how many."""
     return _C.cache_clear()

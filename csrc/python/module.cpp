@@ -220,6 +220,8 @@ PYBIND11_MODULE(_C, m) {
     return ops;
   });
   m.def("_bare_execute_median_us", &bare_execute_median_us);
+  m.def("_set_cache_only", [](bool on) { Runtime::get().set_cache_only(on); });
+  m.def("_cache_only", [] { return Runtime::get().cache_only(); });
   m.def("_set_compile_fault", [](const std::string& marker) { Runtime::get().set_compile_fault(marker); });
   // The device's default generator as a torch.Generator, one Python object per device.
   m.def("_default_generator", [](int device) {

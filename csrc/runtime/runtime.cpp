@@ -263,6 +263,10 @@ std::string Runtime::xla_options(ProgramKind kind) const { return describe(xla_o
 
 Runtime::Runtime() {
   device_name_ = upper(env("PJRT_DEVICE", "CPU"));
+  const std::string cache_only = env("TORCH_TPU_CACHE_ONLY", "0");
+  if (cache_only != "0" && cache_only != "1")
+    throw std::invalid_argument("TORCH_TPU_CACHE_ONLY='" + cache_only + "' is not 0 or 1");
+  cache_only_ = cache_only == "1";
   plugin_path_ = find_plugin(device_name_, search_paths());
   xla_flags_ = disallow_excess_precision();
   auto plugin = pjrt::Plugin::load(plugin_path_);
@@ -532,6 +536,16 @@ std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bo
   }
 }
 
+void Runtime::refuse_if_cache_only(const Program& program) {
+  if (!cache_only()) return;
+  count("cache_only_misses");
+  std::string name = program.key.size() > 300 ? program.key.substr(0, 300) + "..." : program.key;
+  throw std::runtime_error(
+      "torch_tpu: cache-only run (TORCH_TPU_CACHE_ONLY=1 or torch_tpu.cache_only()): the program \"" + name +
+      "\" is not in the compilation cache (" + (disk_->enabled() ? disk_->dir() : std::string("disabled")) +
+      ") and would compile now; run this code once without cache-only to fill the cache");
+}
+
 // Called with program.compile_mutex held: the executable from the disk
 // cache, or compiled now (and stored there).
 std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& program, bool* from_disk) {
@@ -552,6 +566,7 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
   }
   if (lookup == DiskCache::Lookup::Rejected) count("disk_cache_rejected");
   if (disk.enabled()) count("disk_cache_misses");
+  refuse_if_cache_only(program);
   const auto compile_start = std::chrono::steady_clock::now();
   try {
     program.executable = client_->compile(program.mlir, program.compile_options);
@@ -586,6 +601,7 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
 // for its device assignment (checked: a permuted assignment would hand rank p
 // rank q's result).
 std::shared_ptr<pjrt::Executable> Runtime::compile_on_devices(const Program& program) {
+  refuse_if_cache_only(program);
   std::vector<int> ids;
   for (int d : program.devices) ids.push_back(client_->device_id(static_cast<size_t>(d)));
   const auto compile_start = std::chrono::steady_clock::now();

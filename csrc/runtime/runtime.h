@@ -286,6 +286,12 @@ class Runtime {
   bool check_nan() const { return check_nan_.load(); }
   void set_check_nan(bool on) { check_nan_.store(on); }
 
+  // Cache-only runs (production warm starts): a program that is neither in
+  // memory nor in the disk cache fails instead of compiling, naming it.
+  // TORCH_TPU_CACHE_ONLY=1 at start, torch_tpu.cache_only() around a block.
+  bool cache_only() const { return cache_only_.load(); }
+  void set_cache_only(bool on) { cache_only_.store(on); }
+
   // Testing the error paths: every compile of a program whose MLIR contains
   // `marker` fails (empty: none), as a plugin's compile error would.
   void set_compile_fault(std::string marker);
@@ -347,6 +353,7 @@ class Runtime {
   void unload_oldest(size_t keep);
   std::shared_ptr<pjrt::Executable> compile_on_devices(const Program& program);
   std::shared_ptr<pjrt::Executable> load_or_compile(const Program& program, bool* from_disk);
+  void refuse_if_cache_only(const Program& program);  // throws in a cache-only run
   // Compiles in progress, by disk key: a second thread waits for the first.
   std::mutex compiling_mutex_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<pjrt::Executable>>> compiling_;
@@ -356,6 +363,7 @@ class Runtime {
   std::atomic<EagerMode> mode_{EagerMode::Strict};
   std::atomic<bool> check_nan_{false};
   std::atomic<bool> serializable_{true};  // false once the plugin failed to serialize
+  std::atomic<bool> cache_only_{false};   // set_cache_only
   std::string compile_fault_;             // set_compile_fault; guarded by mutex_
   mutable std::mutex memory_mutex_;       // the accounting only: held for a few additions
   std::vector<MemoryStats> memory_;

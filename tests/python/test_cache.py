@@ -162,3 +162,46 @@ def test_xla_options_key_the_cache_and_a_bad_one_names_the_variable(tmp_path):
     bad = "import torch, torch_tpu\ntry:\n  (torch.ones(3).to('tpu') * 2).cpu()\nexcept RuntimeError as e:\n  print(e)"
     out = run(tmp_path, bad, TORCH_TPU_XLA_OPTIONS="xla_no_such_option=1").stdout
     assert "No such compile option: 'xla_no_such_option'" in out and "TORCH_TPU_XLA_OPTIONS" in out, out
+
+
+def test_cache_only_runs_load_and_refuse_to_compile(tmp_path):
+    """A warm start under TORCH_TPU_CACHE_ONLY=1 loads every program from the
+    disk cache; a program not there raises, naming it, and the process goes on."""
+    cold = run_program(tmp_path)
+    warm = run_program(tmp_path, TORCH_TPU_CACHE_ONLY="1")
+    assert warm["compiles"] == 0 and warm["y"] == cold["y"]
+    code = """
+import torch, torch_tpu
+x = torch.arange(12.0).reshape(3, 4).to("tpu")
+try:
+    (x * 2 + 1).cumsum(1).cpu()  # a program this cache has never seen
+except RuntimeError as e:
+    print("refused:", "cache-only run" in str(e), "cumsum" in str(e), "would compile" in str(e))
+with torch_tpu.cache_only(False):
+    print("after:", (x * 2 + 1).cumsum(1)[0, -1].item())
+"""
+    out = run(tmp_path, code, TORCH_TPU_CACHE_ONLY="1", TORCH_TPU_EAGER_MODE="strict").stdout
+    assert "refused: True True True" in out and "after: 16.0" in out, out
+    bad = subprocess.run(
+        [sys.executable, "-c", "import torch; torch.ones(1, device='tpu')"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TORCH_TPU_CACHE_ONLY": "yes"},
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "TORCH_TPU_CACHE_ONLY='yes' is not 0 or 1" in bad.stderr
+
+
+def test_cache_only_context_refuses_only_inside():
+    import torch
+
+    x = torch.arange(7.0, device="tpu")
+    assert (x + 0).cpu().tolist() == list(range(7))  # compiled here
+    with torch_tpu.cache_only():
+        try:
+            (x * 3.5).logcumsumexp(0).cpu()
+            raise AssertionError("compiled in a cache-only block")
+        except RuntimeError as e:
+            assert "cache-only run" in str(e)
+        assert (x + 0).cpu().tolist() == list(range(7))  # in memory: runs
+    assert torch.allclose((x * 3.5).logcumsumexp(0).cpu(), (torch.arange(7.0) * 3.5).logcumsumexp(0))
