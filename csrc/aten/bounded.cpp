@@ -554,7 +554,7 @@ void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max) 
               " is a view of a larger storage (or not contiguous); mark a tensor that owns its storage, e.g. ",
               "t = t.contiguous().clone()");
   runtime::Padding padding =
-      s.padding.value_or(runtime::Padding{t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0)});
+      s.padding.value_or(runtime::Padding{t.sizes().vec(), std::vector<int64_t>(static_cast<size_t>(t.dim()), 0), {}});
   const int64_t bucket = bucket_for(n, max);
   if (padding.buckets[dim] == bucket || bucket == 1) return;  // a bucket of 1 pads nothing
   const bool was_bounded = padding.buckets[dim] != 0;
@@ -615,7 +615,7 @@ bool upload_bounded(const at::Tensor& host, const at::Tensor& dst) {
   if (!dst.is_contiguous() || dst.storage_offset() != 0 || static_cast<size_t>(dst.nbytes()) != s.nbytes ||
       dst.sizes() != host.sizes() || dst.scalar_type() != host.scalar_type())
     return false;
-  store_padded(s, host, runtime::Padding{host.sizes().vec(), buckets});
+  store_padded(s, host, runtime::Padding{host.sizes().vec(), buckets, {}});
   return true;
 }
 

@@ -283,7 +283,7 @@ void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>
     key += kind;
     key += std::to_string(values.size()) + ";";
     at::Tensor t = at::tensor(values, at::kDouble);
-    inputs.push_back({kind == 'd' ? t : t.to(at::kLong), true, true});
+    inputs.push_back({kind == 'd' ? t : t.to(at::kLong), true, true, nullptr});
     return;
   }
   TORCH_CHECK_TYPE(!v.isComplexDouble(), "torch_tpu: complex scalars are not supported on tpu.");
@@ -293,7 +293,7 @@ void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>
   at::Tensor t = v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
                  : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
                               : at::scalar_tensor(v.toInt(), at::kLong);
-  inputs.push_back({t, true, true});
+  inputs.push_back({t, true, true, nullptr});
 }
 
 // An op on (or writing) double-precision tensors keeps its dynamic Scalars
@@ -350,7 +350,7 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
       append_dims(key, t.strides());
     }
     key += ';';
-    inputs.push_back({t, t.device().type() != kTpu});
+    inputs.push_back({t, t.device().type() != kTpu, false, nullptr});
   };
   if (v.isTensor()) {
     tensor(v.toTensor());
@@ -409,7 +409,7 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     key += "D;";
   } else if (v.isGenerator()) {  // a random op's key: a fresh one per call, a program input
     key += "g;";
-    inputs.push_back({next_key_tensor(v.toGenerator(), op), true});
+    inputs.push_back({next_key_tensor(v.toGenerator(), op), true, false, nullptr});
   } else if (v.isComplexDouble()) {
     TORCH_CHECK_TYPE(false, "torch_tpu: ", op, " got a complex scalar; complex numbers are not supported on tpu.");
   } else {
@@ -1446,7 +1446,8 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   }
   key += "#" + std::to_string(call.symbols.size());
   narrow_double_scalars(args, inputs);
-  inputs.push_back({at::empty({static_cast<int64_t>(call.symbols.size())}, at::kInt), true});  // the real sizes
+  inputs.push_back(
+      {at::empty({static_cast<int64_t>(call.symbols.size())}, at::kInt), true, false, nullptr});  // the real sizes
 
   if (in_place) {  // self's value is its storage's, in row-major order
     const auto& order = call.reads[0]->memory_dims;

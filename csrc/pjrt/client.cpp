@@ -385,16 +385,10 @@ std::string Client::device_kind(size_t index) const {
   return std::string(k.device_kind, k.device_kind_size);
 }
 
-std::vector<std::pair<std::string, Client::Attribute>> Client::device_attributes(size_t index) const {
-  auto g = args<PJRT_Device_GetDescription_Args>();
-  g.device = devices_.at(index);
-  plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
-  auto a = args<PJRT_DeviceDescription_Attributes_Args>();
-  a.device_description = g.device_description;
-  plugin_->check(plugin_->api()->PJRT_DeviceDescription_Attributes(&a), "PJRT_DeviceDescription_Attributes");
-  std::vector<std::pair<std::string, Attribute>> out;
-  for (size_t i = 0; i < a.num_attributes; ++i) {
-    const PJRT_NamedValue& v = a.attributes[i];
+Plugin::Attributes Plugin::named_values(const PJRT_NamedValue* values, size_t n) {
+  Attributes out;
+  for (size_t i = 0; i < n; ++i) {
+    const PJRT_NamedValue& v = values[i];
     Attribute value;
     switch (v.type) {
       case PJRT_NamedValue_kString: value = std::string(v.string_value, v.value_size); break;
@@ -409,6 +403,22 @@ std::vector<std::pair<std::string, Client::Attribute>> Client::device_attributes
     out.emplace_back(std::string(v.name, v.name_size), std::move(value));
   }
   return out;
+}
+
+Plugin::Attributes Plugin::attributes() const {
+  auto a = args<PJRT_Plugin_Attributes_Args>();
+  check(api_->PJRT_Plugin_Attributes(&a), "PJRT_Plugin_Attributes");
+  return named_values(a.attributes, a.num_attributes);
+}
+
+Plugin::Attributes Client::device_attributes(size_t index) const {
+  auto g = args<PJRT_Device_GetDescription_Args>();
+  g.device = devices_.at(index);
+  plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+  auto a = args<PJRT_DeviceDescription_Attributes_Args>();
+  a.device_description = g.device_description;
+  plugin_->check(plugin_->api()->PJRT_DeviceDescription_Attributes(&a), "PJRT_DeviceDescription_Attributes");
+  return Plugin::named_values(a.attributes, a.num_attributes);
 }
 
 int Client::device_id(size_t index) const {

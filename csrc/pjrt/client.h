@@ -41,6 +41,13 @@ class Plugin {
   int minor_version() const { return api_->pjrt_api_version.minor_version; }
   std::string version() const;
 
+  // A named value as the plugin gives it (PJRT_NamedValue).
+  using Attribute = std::variant<std::string, int64_t, std::vector<int64_t>, double, bool>;
+  using Attributes = std::vector<std::pair<std::string, Attribute>>;
+  static Attributes named_values(const PJRT_NamedValue* values, size_t n);
+  // The plugin's attributes: its XLA version, the StableHLO versions it reads.
+  Attributes attributes() const;
+
   // Throws Error (and frees `error`) when `error` is set.
   void check(PJRT_Error* error, const char* call) const;
 
@@ -178,8 +185,7 @@ class Client {
   std::string device_kind(size_t index) const;
   // The plugin's description of device `index`: named values (a GPU's
   // compute capability and core count, a TPU's coordinates), as it gives them.
-  using Attribute = std::variant<std::string, int64_t, std::vector<int64_t>, double, bool>;
-  std::vector<std::pair<std::string, Attribute>> device_attributes(size_t index) const;
+  Plugin::Attributes device_attributes(size_t index) const;
   // The plugin's global id of a device: what a device assignment names.
   int device_id(size_t index) const;
   // The plugin's memory statistics of a device; nullopt where the plugin

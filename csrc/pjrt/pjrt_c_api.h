@@ -105,6 +105,12 @@ struct PJRT_Plugin_Initialize_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
 };
+struct PJRT_Plugin_Attributes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const PJRT_NamedValue* attributes;  // out, for the process's lifetime
+  size_t num_attributes;              // out
+};
 
 struct PJRT_Event_Destroy_Args {
   size_t struct_size;
@@ -401,7 +407,7 @@ struct PJRT_Api {
   TORCH_TPU_PJRT_FN(PJRT_Error_GetCode);
 
   TORCH_TPU_PJRT_FN(PJRT_Plugin_Initialize);
-  PJRT_Fn PJRT_Plugin_Attributes;
+  TORCH_TPU_PJRT_FN(PJRT_Plugin_Attributes);
 
   TORCH_TPU_PJRT_FN(PJRT_Event_Destroy);
   TORCH_TPU_PJRT_FN(PJRT_Event_IsReady);

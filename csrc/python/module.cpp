@@ -72,12 +72,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("platform_version", [] { return Runtime::get().client().platform_version(); });
   m.def("device_kind", [](int i) { return Runtime::get().client().device_kind(i); });
   m.def("device_id", [](int i) { return Runtime::get().client().device_id(i); });
-  m.def("device_attributes", [](int i) {
+  auto to_dict = [](const torch_tpu::pjrt::Plugin::Attributes& attributes) {
     py::dict out;
-    for (auto& [name, value] : Runtime::get().client().device_attributes(i))
-      out[py::str(name)] = std::visit([](auto& v) { return py::cast(v); }, value);
+    for (auto& [name, value] : attributes) out[py::str(name)] = std::visit([](auto& v) { return py::cast(v); }, value);
     return out;
-  });
+  };
+  m.def("device_attributes", [to_dict](int i) { return to_dict(Runtime::get().client().device_attributes(i)); });
+  m.def("plugin_attributes", [to_dict] { return to_dict(Runtime::get().client().plugin()->attributes()); });
   m.def("device_name", [] { return Runtime::get().device_name(); });
   m.def("plugin_path", [] { return Runtime::get().plugin_path(); });
   m.def("plugin_api_version", [] { return Runtime::get().client().plugin()->version(); });

@@ -1,5 +1,6 @@
 """The tpu device as PyTorch sees it: autoload, device module, factories, copies, printing."""
 
+import os
 import subprocess
 import sys
 
@@ -168,3 +169,17 @@ def test_fork_after_use_raises_instead_of_hanging(tmp_path):
     assert "'error'" in lines["after"] and "'spawn' method" in lines["after"] and "True), 0)" in lines["after"]
     assert lines["spawn"] == "(('ok', [2.0, 2.0, 2.0], False), 0)"
     assert lines["parent"] == "[4.0, 4.0]"
+
+
+def test_doctor_checks_the_installation_and_names_what_to_do():
+    env = {**os.environ}
+    ok = subprocess.run([sys.executable, "-m", "torch_tpu", "doctor"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "9 of 9 checks passed" in ok.stdout and "StableHLO" in ok.stdout
+    env["TORCH_TPU_CACHE_DIR"] = "/proc/no_such_folder/cache"  # unwritable: one failed row, the others still run
+    bad = subprocess.run(
+        [sys.executable, "-m", "torch_tpu", "doctor"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert bad.returncode == 1
+    assert "FAIL  cache" in bad.stdout and "do: point TORCH_TPU_CACHE_DIR" in bad.stdout
+    assert "8 of 9 checks passed" in bad.stdout
