@@ -375,12 +375,17 @@ std::string Client::platform_version() const {
   return std::string(a.value, a.value_size);
 }
 
-std::string Client::device_kind(size_t index) const {
+PJRT_DeviceDescription* Client::device_description(size_t index) const {
   auto g = args<PJRT_Device_GetDescription_Args>();
   g.device = devices_.at(index);
   plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+  return g.device_description;
+}
+
+std::string Client::device_kind(size_t index) const {
+  PJRT_DeviceDescription* description = device_description(index);
   auto k = args<PJRT_DeviceDescription_Kind_Args>();
-  k.device_description = g.device_description;
+  k.device_description = description;
   plugin_->check(plugin_->api()->PJRT_DeviceDescription_Kind(&k), "PJRT_DeviceDescription_Kind");
   return std::string(k.device_kind, k.device_kind_size);
 }
@@ -412,21 +417,17 @@ Plugin::Attributes Plugin::attributes() const {
 }
 
 Plugin::Attributes Client::device_attributes(size_t index) const {
-  auto g = args<PJRT_Device_GetDescription_Args>();
-  g.device = devices_.at(index);
-  plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+  PJRT_DeviceDescription* description = device_description(index);
   auto a = args<PJRT_DeviceDescription_Attributes_Args>();
-  a.device_description = g.device_description;
+  a.device_description = description;
   plugin_->check(plugin_->api()->PJRT_DeviceDescription_Attributes(&a), "PJRT_DeviceDescription_Attributes");
   return Plugin::named_values(a.attributes, a.num_attributes);
 }
 
 int Client::device_id(size_t index) const {
-  auto g = args<PJRT_Device_GetDescription_Args>();
-  g.device = devices_.at(index);
-  plugin_->check(plugin_->api()->PJRT_Device_GetDescription(&g), "PJRT_Device_GetDescription");
+  PJRT_DeviceDescription* description = device_description(index);
   auto i = args<PJRT_DeviceDescription_Id_Args>();
-  i.device_description = g.device_description;
+  i.device_description = description;
   plugin_->check(plugin_->api()->PJRT_DeviceDescription_Id(&i), "PJRT_DeviceDescription_Id");
   return i.id;
 }

@@ -201,6 +201,7 @@ class Client {
   std::unique_ptr<Executable> deserialize(const std::string& bytes) const;
 
  private:
+  PJRT_DeviceDescription* device_description(size_t index) const;
   std::shared_ptr<Plugin> plugin_;
   PJRT_Client* client_ = nullptr;
   std::vector<PJRT_Device*> devices_;
