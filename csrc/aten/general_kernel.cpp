@@ -1332,12 +1332,24 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   if (!any) return false;
   auto& runtime = Runtime::get();
   const size_t n = original.size();
-  const bool has_deferred = std::any_of(original.begin(), original.end(),
-                                        [](const c10::IValue& v) { return v.isTensor() && deferred(v.toTensor()); });
+  // Deferred tensors (in lists too: cat, stack) of a call that cannot take
+  // them are learned first: a sync, then the ordinary padded path.
+  std::vector<at::Tensor> deferred_args;
+  for (const auto& v : original) {
+    if (v.isTensor() && deferred(v.toTensor())) deferred_args.push_back(v.toTensor());
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorVector())
+        if (deferred(t)) deferred_args.push_back(t);
+    if (v.isOptionalTensorList())
+      for (const auto& t : v.toOptionalTensorList()) {
+        const std::optional<at::Tensor>& ot = t;
+        if (ot && deferred(*ot)) deferred_args.push_back(*ot);
+      }
+  }
+  const bool has_deferred = !deferred_args.empty();
   if (has_deferred && !takes_deferred(plan, original)) {
     runtime.count("deferred_size_reads::" + plan.name);
-    for (const auto& v : original)
-      if (v.isTensor() && deferred(v.toTensor())) (void)v.toTensor().sizes();  // learned: a sync
+    for (const at::Tensor& t : deferred_args) (void)t.sizes();  // learned: a sync
     return bounded_kernel(op, plan, original, stack);
   }
   // A pointwise op broadcasts: a plain tensor expanded along a bounded dim

@@ -115,6 +115,14 @@ def test_ops_that_need_the_count_learn_it_and_stay_exact(fused):
     assert torch_tpu.metrics().get("deferred_size_reads", 0) >= 1
 
 
+def test_lists_of_deferred_tensors_learn_them(fused):
+    x = torch.randn(20)
+    t = x.to("tpu")
+    v, w, a = t[t > 0], t[t < 0], t[t > 0.5]  # none of them read yet
+    assert_same(torch.cat([v, w]), torch.cat([x[x > 0], x[x < 0]]))
+    assert_same(torch.stack([a, a * 2]), torch.stack([x[x > 0.5], x[x > 0.5] * 2]))
+
+
 def test_in_place_and_nonzero_as_tuple(fused):
     x = torch.randn(4, 6)
     t = x.to("tpu")
