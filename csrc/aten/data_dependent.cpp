@@ -99,23 +99,29 @@ at::Tensor empty_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::T
   return at::empty(sizes, like.options().dtype(dtype));
 }
 
+// The row-major coordinates [n, rank] of the flat positions `pos` ([n]) of a
+// tensor of `sizes`, flat.
+Value unravel(Builder& b, const Value& pos, const std::vector<int64_t>& sizes) {
+  const int64_t n = pos.shape()[0], rank = static_cast<int64_t>(sizes.size());
+  std::vector<Value> coords;
+  int64_t stride = 1;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    Value c = b.binary(Binary::Divide, pos, b.constant_int(stride, pos.type));
+    c = b.binary(Binary::Remainder, c, b.constant_int(sizes[d], pos.type));
+    coords.insert(coords.begin(), b.reshape(c, {n, 1}));
+    stride *= sizes[d];
+  }
+  return b.reshape(b.concatenate(coords, 1), {n * rank});
+}
+
 at::Tensor deferred_nonzero(const at::Tensor& self) {
   const int64_t n = self.numel(), rank = self.dim();
   const std::vector<int64_t> sizes = self.sizes().vec();
   std::string key =
       "nonzero_deferred|" + stablehlo::mlir_name(to_dtype(self.scalar_type())) + "[" + dims_key(sizes) + "]";
-  return deferred_select(key, {}, self, {DType::Int64, {n * rank}}, {{}, {Part{rank, 0}}}, at::kLong, "aten::nonzero",
-                         [&](Builder& b, const std::vector<Value>&, const Value& pos) {
-                           std::vector<Value> coords;
-                           int64_t stride = 1;
-                           for (int64_t d = rank - 1; d >= 0; --d) {  // row-major unravel of the flat position
-                             Value c = b.binary(Binary::Divide, pos, b.constant_int(stride, pos.type));
-                             c = b.binary(Binary::Remainder, c, b.constant_int(sizes[d], pos.type));
-                             coords.insert(coords.begin(), b.reshape(c, {n, 1}));
-                             stride *= sizes[d];
-                           }
-                           return b.reshape(b.concatenate(coords, 1), {n * rank});
-                         });
+  return deferred_select(
+      key, {}, self, {DType::Int64, {n * rank}}, {{}, {Part{rank, 0}}}, at::kLong, "aten::nonzero",
+      [&](Builder& b, const std::vector<Value>&, const Value& pos) { return unravel(b, pos, sizes); });
 }
 
 at::Tensor nonzero(const at::Tensor& self) {
@@ -128,16 +134,7 @@ at::Tensor nonzero(const at::Tensor& self) {
   std::string key = "nonzero|" + flat.str() + "|" + c10::str(self.sizes()) + "|" + std::to_string(count);
   auto program = Runtime::get().program(key, [&] {
     Builder b;
-    Value pos = nonzero_positions(b, b.parameter(flat), count);
-    std::vector<Value> coords;
-    int64_t stride = 1;
-    for (int64_t d = rank - 1; d >= 0; --d) {  // row-major unravel of the flat position
-      Value c = b.binary(Binary::Divide, pos, b.constant_int(stride, pos.type));
-      c = b.binary(Binary::Remainder, c, b.constant_int(sizes[d], pos.type));
-      coords.insert(coords.begin(), b.reshape(c, {count, 1}));
-      stride *= sizes[d];
-    }
-    Value out = b.reshape(b.concatenate(coords, 1), {count * rank});
+    Value out = unravel(b, nonzero_positions(b, b.parameter(flat), count), sizes);
     return std::make_pair(b.module({out}), std::vector<TensorType>{{DType::Int64, {count, rank}}});
   });
   auto out = Runtime::get().execute(program, {read_dense(self)}, device_index(self), "aten::nonzero");

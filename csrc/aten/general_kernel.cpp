@@ -67,6 +67,7 @@ struct OpPlan {
   OverlapRule overlap = OverlapRule::None;  // what CPU's kernel checks about the memory the op writes
   bool all_any = false;                     // aten::all / aten::any overloads: a uint8 out= converts the input first
   bool index_put = false;                   // index_put, index_put_, _index_put_impl_ (a mask may make it masked_fill_)
+  bool index = false;                       // index.Tensor (x[mask] may keep its count on the device)
 };
 
 std::mutex scalar_mutex;
@@ -190,6 +191,7 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
   plan.all_any = s.name() == "aten::all" || s.name() == "aten::any";
   plan.index_put =
       s.name() == "aten::index_put_" || s.name() == "aten::index_put" || s.name() == "aten::_index_put_impl_";
+  plan.index = plan.name == "aten::index.Tensor";
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
   // arange's Scalars decide its output shape, and pow's exponent its kernel
   // (x ** 2 is x * x, an int ** -1 raises, as on CPU): they stay in the key.
@@ -1579,7 +1581,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   uint8_all_any(plan, args, stack);
   check_index_dtypes(args);
   if (index_put_as_masked_fill(plan, args, stack)) return;
-  if (plan.name == "aten::index.Tensor" && args[1].isOptionalTensorList())
+  if (plan.index && args[1].isOptionalTensorList())
     if (auto result = deferred_mask_index(args[0].toTensor(), args[1].toOptionalTensorList())) {
       torch::jit::drop(*stack, n);
       stack->push_back(std::move(*result));

@@ -73,3 +73,22 @@ def pytest_terminal_summary(terminalreporter):
         if module is not None:
             for line in module.summary_lines():
                 terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def fused():
+    """Fused eager mode for the test, from a synchronized device and zeroed metrics."""
+    import torch_tpu
+
+    torch.tpu.synchronize()
+    with torch_tpu.set_eager_mode("fused"):
+        torch_tpu.reset_metrics()
+        yield
+    torch.tpu.synchronize()
+
+
+def metric_delta(before: dict, key: str) -> int:
+    """How much metric `key` grew since the metrics snapshot `before`."""
+    import torch_tpu
+
+    return torch_tpu.metrics().get(key, 0) - before.get(key, 0)

@@ -12,21 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_same
+from conftest import metric_delta as delta
 
 import torch_tpu
-
-
-@pytest.fixture
-def fused():
-    torch.tpu.synchronize()
-    with torch_tpu.set_eager_mode("fused"):
-        torch_tpu.reset_metrics()
-        yield
-    torch.tpu.synchronize()
-
-
-def delta(before: dict, key: str) -> int:
-    return torch_tpu.metrics().get(key, 0) - before.get(key, 0)
 
 
 def test_mode_switch_and_context_manager():
