@@ -163,7 +163,7 @@ void store_padded(DeviceStorage& s, const at::Tensor& real, runtime::Padding pad
 // (the view takes one of its elements, at a runtime offset: no program per
 // size). Read by a strided read of the padded value (a program per bucket);
 // nullopt for any other view.
-std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) {
+std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s, bool plain_only = false) {
   const auto& real = s.padding->sizes;
   const auto padded = s.padding->padded();
   const size_t rank = real.size();
@@ -203,6 +203,8 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
     strides.push_back(step * padded_strides[i]);
     extent += (sizes.back() - 1) * strides.back();
   }
+  if (plain_only && std::find(bounded_used.begin(), bounded_used.end(), true) != bounded_used.end())
+    return std::nullopt;  // the caller reads it exactly: no padded view read to throw away
   // The view's first element: a static offset, plus the index into each
   // bounded dim it does not step along (x[:, -1] of [b, n, h]: n - 1).
   int64_t offset = 0, runtime_offset = 0;
@@ -246,6 +248,14 @@ std::optional<PaddedRead> box_read(const at::Tensor& t, const DeviceStorage& s) 
 }
 
 }  // namespace
+
+std::optional<pjrt::BufferPtr> plain_box_value(const at::Tensor& t) {
+  const DeviceStorage& s = storage_of(t);
+  if (!s.padding || !s.value || to_dtype(t.scalar_type()) != s.dtype || t.numel() == 0) return std::nullopt;
+  auto read = box_read(t, s, /*plain_only=*/true);
+  if (!read) return std::nullopt;
+  return read->value;
+}
 
 std::vector<int64_t> PaddedRead::shape() const {
   std::vector<int64_t> s;

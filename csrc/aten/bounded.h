@@ -45,6 +45,10 @@ bool is_padded(const at::Tensor& t);
 // and it covers the storage densely (the whole of it, in some order of its
 // dims). nullopt otherwise: t is then read through read_dense's exact path.
 std::optional<PaddedRead> padded_read(const at::Tensor& t);
+// A view of a padded storage that takes no bounded dim whole (x[:, -1]:
+// each bounded dim indexed): its elements, read at a runtime offset (a
+// program per bucket). nullopt for any other tensor.
+std::optional<pjrt::BufferPtr> plain_box_value(const at::Tensor& t);
 // The padded value as a value of the tensor's padded shape (transposed into its dim order).
 stablehlo::Value padded_value(stablehlo::Builder& b, const stablehlo::Value& flat, const PaddedRead& read);
 

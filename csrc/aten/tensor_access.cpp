@@ -195,11 +195,7 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
   // A box of a padded storage with no bounded dim left (x[:, -1]) is read at
   // a runtime offset; any other view of it through its real elements (a program per size).
   if (s.padding && s.dtype == d && !covers_storage(t, s))
-    if (auto read = padded_read(t);
-        read && std::all_of(read->dims.begin(), read->dims.end(), [](const auto& parts) {
-          return std::all_of(parts.begin(), parts.end(), [](const Part& p) { return p.bucket == 0; });
-        }))
-      return read->value;
+    if (auto value = plain_box_value(t)) return *value;
   const pjrt::BufferPtr value = s.padding ? unpadded_value(s) : s.value;
   if (s.dtype == d && covers_storage(t, s)) return value;
   std::string key = "read|" + stablehlo::mlir_name(s.dtype) + "|" + std::to_string(s.numel()) + "|" +
