@@ -52,6 +52,7 @@ __all__ = [
     "set_fallback",
     "get_fallback",
     "registered_lowerings",
+    "jax_op",
 ]
 
 
@@ -235,3 +236,20 @@ def cache_only(enabled: bool = True):
 def cache_clear() -> int:
     """Removes every entry of the persistent compilation cache; returns how many."""
     return _C.cache_clear()
+
+
+def jax_op(name: str, fn, static_argnums=()):
+    """`fn`, a JAX function, as the torch op `name` ("namespace::name"), run on tpu
+    tensors in every eager mode and under torch.compile (torch_tpu/jax_ops.py).
+    JAX is imported on first use: pip install 'torch_tpu[jax]'."""
+    from torch_tpu.jax_ops import jax_op as make
+
+    return make(name, fn, static_argnums)
+
+
+def __getattr__(name: str):
+    if name == "pallas":  # imported on first use: it needs nothing until a kernel is defined
+        import importlib
+
+        return importlib.import_module("torch_tpu.pallas")
+    raise AttributeError(f"module 'torch_tpu' has no attribute '{name}'")

@@ -10,6 +10,8 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -1778,6 +1780,22 @@ void register_general_kernels() {
     std::string overload = full_name(name).substr(6);  // without "aten::"
     library->impl(overload.c_str(), torch::CppFunction::makeFromBoxedFunction<&general_kernel>());
   }
+}
+
+void register_general_kernel(const std::string& op) {
+  const size_t dot = op.find('.'), colons = op.find("::");
+  const std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
+  auto handle = c10::Dispatcher::singleton().findOp({name, overload});
+  TORCH_CHECK(handle, "torch_tpu: no op ", op, " to register a tpu kernel for");
+  if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) return;
+  // One library per namespace, kept for the process (PyTorch unregisters a library it destroys).
+  static std::map<std::string, std::unique_ptr<torch::Library>> libraries;
+  const std::string ns = op.substr(0, colons);
+  auto& library = libraries[ns];
+  if (!library)
+    library =
+        std::make_unique<torch::Library>(torch::Library::IMPL, ns, c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  library->impl(op.substr(colons + 2).c_str(), torch::CppFunction::makeFromBoxedFunction<&general_kernel>());
 }
 
 }  // namespace torch_tpu::aten

@@ -148,6 +148,20 @@ const LoweringRule* find_rule(std::string_view op);
 const LoweringRule* find_bounded_rule(std::string_view op);
 std::vector<std::string> registered_ops();
 
+// An op whose body is a function written outside this table: a kernel in
+// JAX (torch_tpu.jax_op). Its schema is (Tensor[] inputs, str statics) ->
+// Tensor[]; `lower` gives, per statics and input types, the functions to
+// add to the module (Builder::add_function) and the one to call. Lowered
+// once per signature, then kept. Registering an op again replaces its lowerer.
+struct ForeignFunction {
+  std::string entry;
+  std::vector<std::pair<std::string, std::string>> functions;  // (name, func.func text)
+  std::vector<TensorType> results;
+};
+using ForeignLowerer =
+    std::function<ForeignFunction(const std::string& statics, const std::vector<TensorType>& inputs)>;
+void register_foreign_op(const std::string& op, ForeignLowerer lower);
+
 // The type PyTorch computes a dtype's math in (its opmath / accumulation
 // type): float32 for bfloat16 and float16, the dtype itself otherwise.
 inline DType opmath_type(DType t) {

@@ -19,6 +19,7 @@ namespace py = pybind11;
 namespace torch_tpu::python {
 void bind_graph(py::module& m);        // graph.cpp: torch.compile's graphs
 void bind_distributed(py::module& m);  // distributed.cpp: the c10d backend
+void bind_foreign(py::module& m);      // foreign.cpp: ops written in JAX
 }  // namespace torch_tpu::python
 using torch_tpu::runtime::EagerMode;
 using torch_tpu::runtime::Runtime;
@@ -57,6 +58,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native extension";
   torch_tpu::python::bind_graph(m);
   torch_tpu::python::bind_distributed(m);
+  torch_tpu::python::bind_foreign(m);
   m.def("_set_search_paths", &Runtime::set_search_paths);
   m.def("_register_kernels", &torch_tpu::aten::register_general_kernels);
   m.def("_initialized", &Runtime::initialized);

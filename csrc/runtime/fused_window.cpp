@@ -1,5 +1,6 @@
 #include "runtime/fused_window.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <iterator>
 #include <numeric>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace torch_tpu::runtime {
 namespace {
@@ -41,11 +43,18 @@ const FusedWindow::Signature& FusedWindow::signature(const Program& program) {
   auto it = signatures_.find(program.id);
   if (it != signatures_.end()) return it->second;
   const std::string& m = program.mlir;
-  const std::string head = "  func.func public @main(";
+  const std::string head = "  func.func public @main(", marker = "\n  // function @";
   size_t begin = m.find(head), last = m.rfind("\n}");
   if (begin == std::string::npos || last == std::string::npos)
-    throw std::logic_error("torch_tpu: program " + program.key + " is not a single-function module");
+    throw std::logic_error("torch_tpu: program " + program.key + " is not a module with a @main");
   Signature f;
+  // Functions @main calls follow it, each behind a marker line (Builder::module).
+  for (size_t at = m.find(marker, begin), end; at != std::string::npos && at < last; at = end) {
+    if (f.functions.empty()) last = at;
+    const size_t name_begin = at + marker.size(), name_end = m.find('\n', name_begin);
+    end = std::min(m.find(marker, name_end), m.rfind("\n}"));
+    f.functions.emplace_back(m.substr(name_begin, name_end - name_begin), m.substr(name_end + 1, end - name_end - 1));
+  }
   size_t params_begin = begin + head.size();
   size_t params_end = m.find(") -> (", params_begin);
   size_t results_end = m.find(") {", params_end);
@@ -168,10 +177,15 @@ std::string FusedWindow::module_text(const std::vector<int>& live, const std::ve
   // Functions are named by first use (@f0, @f1, ...), not by program ids: the
   // text, the disk cache's key, is then the same in every process.
   std::unordered_map<uint64_t, std::string> names;
+  std::unordered_set<std::string> added;  // functions the programs call, named by content: once each
   std::string functions;
   for (const auto& c : calls_) {
     auto [it, inserted] = names.emplace(c.program->id, "@f" + std::to_string(names.size()));
-    if (inserted) functions += "  func.func private " + it->second + signature(*c.program).tail;
+    if (!inserted) continue;
+    const Signature& f = signature(*c.program);
+    functions += "  func.func private " + it->second + f.tail;
+    for (const auto& [name, text] : f.functions)
+      if (added.insert(name).second) functions += "  // function @" + name + "\n" + text + "\n";
   }
   auto value_name = [&](int v) {
     const Value& value = values_[v];

@@ -66,6 +66,8 @@ class FusedWindow {
   struct Signature {
     std::vector<std::string> params, results;
     std::string tail;
+    // The module's other functions (Builder::add_function): (name, text).
+    std::vector<std::pair<std::string, std::string>> functions;
   };
 
   void flush_locked(const char* reason);

@@ -331,8 +331,39 @@ std::string Builder::module(const std::vector<Value>& results,
   for (size_t i = 0; i < results.size(); ++i) s << (i ? ", " : "") << results[i].name;
   s << ") : (";
   for (size_t i = 0; i < results.size(); ++i) s << (i ? ", " : "") << results[i].type.str();
-  s << ") -> ()\n  }\n}\n";
+  s << ") -> ()\n  }\n";
+  for (const auto& [name, text] : functions_) s << "  // function @" << name << "\n  " << text << "\n";
+  s << "}\n";
   return s.str();
+}
+
+void Builder::add_function(const std::string& name, const std::string& text) {
+  for (const auto& f : functions_)
+    if (f.first == name) return;
+  functions_.emplace_back(name, text);
+}
+
+std::vector<Value> Builder::call(const std::string& name, const std::vector<Value>& args,
+                                 const std::vector<TensorType>& results) {
+  bool known = false;
+  for (const auto& f : functions_) known = known || f.first == name;
+  if (!known) refuse("func.call", "calls @" + name + ", a function the module does not have", args);
+  std::string base = fresh(), line = base, types, result_types;
+  std::vector<Value> outs;
+  for (size_t i = 0; i < results.size(); ++i) {
+    outs.push_back({results.size() == 1 ? base : base + "#" + std::to_string(i), results[i]});
+    result_types += (i ? ", " : "") + results[i].str();
+  }
+  if (results.size() > 1) line += ":" + std::to_string(results.size());
+  line += " = \"func.call\"(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    line += (i ? ", " : "") + args[i].name;
+    types += (i ? ", " : "") + args[i].type.str();
+  }
+  line += ") <{callee = @" + name + "}> : (" + types + ") -> (" + result_types + ")";
+  if (results.empty()) line = line.substr(line.find(" = ") + 3);
+  body_.push_back(line);
+  return outs;
 }
 
 // ------------------------------------------------------------------ ops

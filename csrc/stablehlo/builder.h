@@ -174,6 +174,16 @@ class Builder {
   std::string module(const std::vector<Value>& results,
                      const std::vector<std::pair<size_t, size_t>>& aliases = {}) const;
 
+  // A function of the module besides @main (a kernel written in JAX): `text`
+  // is one func.func op, private, named @`name`, with every function it calls
+  // added too. A name already added is kept (names are content hashes). The
+  // module prints each after @main behind a `// function @name` line, which
+  // is how a Fused window finds them again (FusedWindow::signature).
+  void add_function(const std::string& name, const std::string& text);
+  // func.call @`name`: its results typed `results`.
+  std::vector<Value> call(const std::string& name, const std::vector<Value>& args,
+                          const std::vector<TensorType>& results);
+
   // A splat constant: every element is `v` converted to `type.dtype`.
   Value constant(double v, const TensorType& type);
   Value constant_int(int64_t v, const TensorType& type);
@@ -256,6 +266,7 @@ class Builder {
 
   std::vector<Value> params_;
   std::vector<std::string> body_;
+  std::vector<std::pair<std::string, std::string>> functions_;  // (name, text), in order added
   int next_ = 0;
 
   // ---- Convolution.

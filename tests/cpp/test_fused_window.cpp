@@ -102,5 +102,37 @@ TEST(FusedWindow, AWindowThatFailsNamesTheOpThatFails) {
   EXPECT_EQ(read(again), (std::vector<float>{-1, -2, -3, -4}));
 }
 
+// A module function besides @main (a JAX kernel's, Builder::add_function): two
+// programs that call the same one share it in the window's module.
+const char* kTwice =
+    "\"func.func\"() <{function_type = (tensor<4xf32>) -> tensor<4xf32>, sym_name = \"twice\", "
+    "sym_visibility = \"private\"}> ({\n  ^bb0(%a: tensor<4xf32>):\n"
+    "    %r = \"stablehlo.add\"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
+    "    \"func.return\"(%r) : (tensor<4xf32>) -> ()\n  }) : () -> ()";
+
+ProgramPtr calls_twice(const std::string& key, stablehlo::Unary then) {
+  return Runtime::get().program(key, [&] {
+    Builder b;
+    Value x = b.parameter(kVec);
+    b.add_function("twice", kTwice);
+    b.add_function("twice", kTwice);  // the same name twice: added once
+    return ProgramSpec(b.module({b.unary(then, b.call("twice", {x}, {kVec})[0])}), {kVec});
+  });
+}
+
+TEST(FusedWindow, ProgramsShareTheFunctionsTheyCall) {
+  auto& rt = Runtime::get();
+  std::vector<float> host{1, -2, 3, -4};
+  auto x = rt.upload(host.data(), DType::Float32, {4}, 0);
+  auto abs_twice = calls_twice("test_fused|abs_twice", stablehlo::Unary::Abs);
+  auto neg_twice = calls_twice("test_fused|neg_twice", stablehlo::Unary::Negate);
+  EXPECT_EQ(read(rt.execute(abs_twice, {x}, 0, "abs_twice")[0]), (std::vector<float>{2, 4, 6, 8}));  // Strict
+  FusedMode fused;
+  auto y = rt.execute(abs_twice, {x}, 0, "abs_twice")[0];
+  auto z = rt.execute(neg_twice, {y}, 0, "neg_twice")[0];
+  EXPECT_EQ(read(z), (std::vector<float>{-4, -8, -12, -16}));
+  EXPECT_THROW(Builder().call("missing", {}, {kVec}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace torch_tpu::runtime
