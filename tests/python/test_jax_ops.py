@@ -214,3 +214,14 @@ def test_without_jax_a_clear_error(run_python):
     )
     r = run_python(code)
     assert r.returncode != 0 and "pip install 'torch_tpu[jax]'" in r.stderr, r.stderr
+
+
+def test_example_trains_with_a_pallas_kernel_in_every_mode():
+    import pathlib
+    import subprocess
+    import sys
+
+    example = pathlib.Path(__file__).parents[2] / "examples" / "jax_kernel.py"
+    r = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()] == ["strict", "fused", "compile"], r.stdout
