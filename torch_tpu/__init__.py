@@ -42,6 +42,9 @@ torch.set_autocast_dtype("tpu", torch.bfloat16)
 # distributed: the "tpu" c10d backend (init_process_group("cpu:gloo,tpu:tpu")).
 from torch_tpu import _meta, _printing, distributed  # noqa: E402, F401
 
+# Zero-copy interop with numpy, JAX and other DLPack libraries (torch_tpu/dlpack.py).
+from torch_tpu.dlpack import cpu_view, from_dlpack, from_jax, to_dlpack, to_jax  # noqa: E402, F401
+
 __all__ = [
     "mark_dynamic",
     "mark_step",
@@ -53,6 +56,11 @@ __all__ = [
     "get_fallback",
     "registered_lowerings",
     "jax_op",
+    "to_dlpack",
+    "from_dlpack",
+    "to_jax",
+    "from_jax",
+    "cpu_view",
 ]
 
 

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -147,6 +148,27 @@ void Buffer::fill_from(Buffer& source) {
   if (!is_placeholder()) throw std::logic_error("pjrt::Buffer::fill_from: the buffer already has a handle");
   launch_ = source.launch_;
   buffer_.store(source.buffer_.exchange(nullptr), std::memory_order_release);
+}
+
+uintptr_t Buffer::unsafe_pointer() const {
+  auto a = args<PJRT_Buffer_UnsafePointer_Args>();
+  a.buffer = raw();
+  plugin_->check(plugin_->api()->PJRT_Buffer_UnsafePointer(&a), "PJRT_Buffer_UnsafePointer");
+  return a.buffer_pointer;
+}
+
+void Buffer::add_external_reference() const {
+  auto a = args<PJRT_Buffer_IncreaseExternalReferenceCount_Args>();
+  a.buffer = raw();
+  plugin_->check(plugin_->api()->PJRT_Buffer_IncreaseExternalReferenceCount(&a),
+                 "PJRT_Buffer_IncreaseExternalReferenceCount");
+}
+
+void Buffer::release_external_reference() const {
+  auto a = args<PJRT_Buffer_DecreaseExternalReferenceCount_Args>();
+  a.buffer = raw();
+  plugin_->check(plugin_->api()->PJRT_Buffer_DecreaseExternalReferenceCount(&a),
+                 "PJRT_Buffer_DecreaseExternalReferenceCount");
 }
 
 size_t Buffer::on_device_size() const {
@@ -473,6 +495,27 @@ BufferPtr Client::buffer_from_host(const void* data, PJRT_Buffer_Type type, cons
   auto buffer = std::make_shared<Buffer>(plugin_, a.buffer);
   // The host data is only borrowed during the call, but we still own the event.
   if (a.done_with_host_buffer) Event(plugin_, a.done_with_host_buffer).await();
+  return buffer;
+}
+
+BufferPtr Client::view_of(void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims, PJRT_Device* device,
+                          void (*on_delete)(void*, void*), void* arg) const {
+  const PJRT_Api* api = plugin_->api();
+  if (api->struct_size <= offsetof(PJRT_Api, PJRT_Client_CreateViewOfDeviceBuffer) ||
+      !api->PJRT_Client_CreateViewOfDeviceBuffer)
+    return nullptr;
+  auto a = args<PJRT_Client_CreateViewOfDeviceBuffer_Args>();
+  a.client = client_;
+  a.device_buffer_ptr = data;
+  a.dims = dims.data();
+  a.num_dims = dims.size();
+  a.element_type = type;
+  a.device = device;
+  a.on_delete_callback = on_delete;
+  a.on_delete_callback_arg = arg;
+  plugin_->check(api->PJRT_Client_CreateViewOfDeviceBuffer(&a), "PJRT_Client_CreateViewOfDeviceBuffer");
+  auto buffer = std::make_shared<Buffer>(plugin_, a.buffer);
+  buffer->set_borrowed();
   return buffer;
 }
 

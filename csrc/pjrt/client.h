@@ -111,12 +111,22 @@ class Buffer {
   bool ready() const;
   // A copy on another device of the same client (not waiting for it).
   std::shared_ptr<Buffer> copy_to_device(PJRT_Device* device) const;
+  // Zero-copy interop: the buffer's address (host memory on the CPU plugin),
+  // and the count that keeps its memory in place while another library reads
+  // it (PJRT neither frees nor donates it meanwhile).
+  uintptr_t unsafe_pointer() const;
+  void add_external_reference() const;
+  void release_external_reference() const;
+  // Memory another library owns (Client::view_of): never donated to XLA.
+  bool borrowed() const { return borrowed_; }
+  void set_borrowed() { borrowed_ = true; }
 
  private:
   std::shared_ptr<Plugin> plugin_;
   std::atomic<PJRT_Buffer*> buffer_;
   uint64_t tag_ = 0;
   uint64_t launch_ = kUnknownLaunch;
+  bool borrowed_ = false;
 };
 
 using BufferPtr = std::shared_ptr<Buffer>;
@@ -196,6 +206,11 @@ class Client {
 
   BufferPtr buffer_from_host(const void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims,
                              PJRT_Device* device) const;
+  // A buffer over `data`, memory another library owns (a zero-copy import):
+  // dense, row-major. `on_delete(data, arg)` runs when PJRT is done with it.
+  // nullptr where the plugin lacks PJRT_Client_CreateViewOfDeviceBuffer.
+  BufferPtr view_of(void* data, PJRT_Buffer_Type type, const std::vector<int64_t>& dims, PJRT_Device* device,
+                    void (*on_delete)(void*, void*), void* arg) const;
   // Compiles a StableHLO module given as MLIR text.
   std::unique_ptr<Executable> compile(const std::string& mlir, const std::string& compile_options) const;
   std::unique_ptr<Executable> deserialize(const std::string& bytes) const;

@@ -392,6 +392,41 @@ struct PJRT_Buffer_OnDeviceSizeInBytes_Args {
   size_t on_device_size_in_bytes;
 };
 
+// Zero-copy interop (torch_tpu.to_dlpack / from_dlpack): a buffer's address,
+// the count that keeps it from being freed or donated while another library
+// reads it, and a buffer over memory someone else owns.
+struct PJRT_Buffer_UnsafePointer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+  uintptr_t buffer_pointer;  // out
+};
+struct PJRT_Buffer_IncreaseExternalReferenceCount_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+};
+struct PJRT_Buffer_DecreaseExternalReferenceCount_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Buffer* buffer;
+};
+struct PJRT_Client_CreateViewOfDeviceBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  void* device_buffer_ptr;
+  const int64_t* dims;
+  size_t num_dims;
+  PJRT_Buffer_Type element_type;
+  void* layout;  // PJRT_Buffer_MemoryLayout*; null: dense, major-to-minor
+  PJRT_Device* device;
+  void (*on_delete_callback)(void* device_buffer_ptr, void* user_arg);
+  void* on_delete_callback_arg;
+  intptr_t stream;
+  PJRT_Buffer* buffer;  // out
+};
+
 #define TORCH_TPU_PJRT_FN(name) PJRT_Error* (*name)(name##_Args*)
 typedef PJRT_Error* (*PJRT_Fn)(void*);
 
@@ -484,6 +519,32 @@ struct PJRT_Api {
   TORCH_TPU_PJRT_FN(PJRT_Buffer_ToHostBuffer);
   PJRT_Fn PJRT_Buffer_IsOnCpu;
   TORCH_TPU_PJRT_FN(PJRT_Buffer_ReadyEvent);
+  TORCH_TPU_PJRT_FN(PJRT_Buffer_UnsafePointer);
+  TORCH_TPU_PJRT_FN(PJRT_Buffer_IncreaseExternalReferenceCount);
+  TORCH_TPU_PJRT_FN(PJRT_Buffer_DecreaseExternalReferenceCount);
+  PJRT_Fn PJRT_Buffer_OpaqueDeviceMemoryDataPointer;
+
+  PJRT_Fn PJRT_CopyToDeviceStream_Destroy;
+  PJRT_Fn PJRT_CopyToDeviceStream_AddChunk;
+  PJRT_Fn PJRT_CopyToDeviceStream_TotalBytes;
+  PJRT_Fn PJRT_CopyToDeviceStream_GranuleSize;
+  PJRT_Fn PJRT_CopyToDeviceStream_CurrentBytes;
+
+  PJRT_Fn PJRT_TopologyDescription_Create;
+  PJRT_Fn PJRT_TopologyDescription_Destroy;
+  PJRT_Fn PJRT_TopologyDescription_PlatformName;
+  PJRT_Fn PJRT_TopologyDescription_PlatformVersion;
+  PJRT_Fn PJRT_TopologyDescription_GetDeviceDescriptions;
+  PJRT_Fn PJRT_TopologyDescription_Serialize;
+  PJRT_Fn PJRT_TopologyDescription_Attributes;
+
+  PJRT_Fn PJRT_Compile;
+
+  // Later additions, at the end in the order they were added.
+  PJRT_Fn PJRT_Executable_OutputElementTypes;
+  PJRT_Fn PJRT_Executable_OutputDimensions;
+  PJRT_Fn PJRT_Buffer_CopyToMemory;
+  TORCH_TPU_PJRT_FN(PJRT_Client_CreateViewOfDeviceBuffer);
 };
 
 #undef TORCH_TPU_PJRT_FN

@@ -366,8 +366,9 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
     if (!m.aliased || record) continue;
     const auto& buffer = buffers[m.input];
     const auto& storage = aten::storage_of(inputs[m.input]);
-    const bool sole =
-        storage.value == buffer && buffer.use_count() == 2 && std::count(raw.begin(), raw.end(), buffer->raw()) == 1;
+    const bool sole = storage.value == buffer && buffer.use_count() == 2 &&
+                      std::count(raw.begin(), raw.end(), buffer->raw()) == 1 &&
+                      !buffer->borrowed();  // another library's memory (from_dlpack): never written
     if (sole)
       ++donated;
     else

@@ -20,6 +20,7 @@ namespace torch_tpu::python {
 void bind_graph(py::module& m);        // graph.cpp: torch.compile's graphs
 void bind_distributed(py::module& m);  // distributed.cpp: the c10d backend
 void bind_foreign(py::module& m);      // foreign.cpp: ops written in JAX
+void bind_interop(py::module& m);      // interop.cpp: zero-copy DLPack
 }  // namespace torch_tpu::python
 using torch_tpu::runtime::EagerMode;
 using torch_tpu::runtime::Runtime;
@@ -59,6 +60,7 @@ PYBIND11_MODULE(_C, m) {
   torch_tpu::python::bind_graph(m);
   torch_tpu::python::bind_distributed(m);
   torch_tpu::python::bind_foreign(m);
+  torch_tpu::python::bind_interop(m);
   m.def("_set_search_paths", &Runtime::set_search_paths);
   m.def("_register_kernels", &torch_tpu::aten::register_general_kernels);
   m.def("_initialized", &Runtime::initialized);

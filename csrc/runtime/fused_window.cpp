@@ -245,6 +245,7 @@ std::vector<std::pair<int, int>> FusedWindow::donations(const std::vector<int>& 
   for (size_t i = 0; i < inputs_.size(); ++i) {
     auto k = kept.find(inputs_[i].get());
     if (inputs_[i].use_count() != 1 + (k == kept.end() ? 0 : k->second)) continue;
+    if (inputs_[i]->borrowed()) continue;  // another library's memory (from_dlpack): never written
     if (free_outputs.empty())
       for (int j = static_cast<int>(live.size()) - 1; j >= 0; --j) free_outputs[value_type(live[j])].push_back(j);
     auto [c, pos] = input_first_use_[i];

@@ -225,3 +225,82 @@ def test_example_trains_with_a_pallas_kernel_in_every_mode():
     r = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert [line.split()[0] for line in r.stdout.splitlines()] == ["strict", "fused", "compile"], r.stdout
+
+
+# ---- zero-copy interop (torch_tpu/dlpack.py)
+
+
+def _address(array) -> int:
+    return (
+        array.__array_interface__["data"][0] if hasattr(array, "__array_interface__") else array.unsafe_buffer_pointer()
+    )
+
+
+def test_tpu_to_jax_and_numpy_in_place():
+    x = torch.arange(1024.0).reshape(32, 32)
+    t = x.to("tpu") * 1  # a computed buffer, not the upload's
+    before = torch_tpu.metrics()
+    view = torch_tpu.cpu_view(t)
+    a = torch_tpu.to_jax(t)
+    assert _address(view) == _address(a)  # both read the tpu tensor's buffer
+    assert metric_delta(before, "interop_zero_copy_exports") == 2 and metric_delta(before, "interop_copies") == 0
+    with pytest.raises(ValueError, match="read-only"):
+        view[0, 0] = 5
+    del t, view
+    import gc
+
+    gc.collect()  # the producer gone first: the JAX array still holds its buffer
+    assert float(a.sum()) == float(x.sum()) and a.dtype == jnp.float32 and a.shape == (32, 32)
+
+
+def test_jax_to_tpu_in_place_and_the_producer_deleted_first():
+    b = jnp.arange(1024, dtype=jnp.float32).reshape(16, 64) * 3
+    address = b.unsafe_buffer_pointer()
+    before = torch_tpu.metrics()
+    t = torch_tpu.from_jax(b)
+    assert metric_delta(before, "interop_zero_copy_imports") == 1
+    assert _address(torch_tpu.cpu_view(t)) == address
+    del b
+    import gc
+
+    gc.collect()
+    expected = torch.arange(1024.0).reshape(16, 64) * 3
+    torch.testing.assert_close((t + 1).cpu(), expected + 1)
+    t.mul_(2)  # writes a new buffer: the borrowed memory is never donated or written
+    torch.testing.assert_close(t.cpu(), expected * 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16, torch.float64])
+def test_round_trips_keep_values_dtypes_shapes(dtype):
+    x = (torch.randn(4, 5, 6) * 10).to(dtype)
+    t = x.to("tpu")
+    back = torch_tpu.from_jax(torch_tpu.to_jax(t))
+    assert back.dtype == dtype and back.shape == x.shape and back.device.type == "tpu"
+    torch.testing.assert_close(back.cpu(), x)
+    torch.testing.assert_close(torch.from_dlpack(torch_tpu.to_jax(t)), x)  # tpu -> jax -> torch CPU
+
+
+def test_views_and_fused_values_export_their_elements(fused):
+    x = torch.arange(12.0).reshape(3, 4)
+    t = x.to("tpu")
+    y = (t * 2).t()  # pending in the window: the export flushes it
+    torch.testing.assert_close(torch.from_numpy(torch_tpu.cpu_view(y).copy()), (x * 2).t())
+
+
+def test_unaligned_or_strided_memory_is_copied():
+    import numpy as np
+
+    n = np.arange(40, dtype=np.float32)[1:33]  # 4 bytes past an aligned start
+    before = torch_tpu.metrics()
+    t = torch_tpu.from_dlpack(n)
+    assert metric_delta(before, "interop_copies") == 1
+    torch.testing.assert_close(t.cpu(), torch.from_numpy(n))
+    s = np.arange(64, dtype=np.float32).reshape(8, 8)[:, ::2]
+    torch.testing.assert_close(torch_tpu.from_dlpack(s).cpu(), torch.from_numpy(s.copy()))
+
+
+def test_interop_bad_input():
+    with pytest.raises(TypeError, match="needs a tpu tensor"):
+        torch_tpu.to_dlpack(torch.ones(2))
+    with pytest.raises(TypeError, match="not a DLPack producer"):
+        torch_tpu.from_dlpack([1, 2])
