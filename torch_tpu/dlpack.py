@@ -6,8 +6,11 @@ at export; later writes to `t` make a new buffer), and `from_dlpack(x)` runs
 on x's memory (never written, never donated; the producer may be deleted
 first). Other plugins' memory is not host memory: there these copy through
 the host, and metrics count it (interop_copies, against
-interop_zero_copy_exports / interop_zero_copy_imports). PyTorch's own
-`Tensor.__dlpack__` has no hook for a PrivateUse1 device: use these.
+interop_zero_copy_exports / interop_zero_copy_imports). PyTorch's
+`Tensor.__dlpack__` has no hook for a PrivateUse1 device (it raised for tpu
+tensors): ours answers for tpu tensors, so np.from_dlpack(t) and
+jax.dlpack.from_dlpack(t) work. PyTorch ignores DLPack's read-only flag:
+torch.from_dlpack(t) gives a CPU tensor over t's buffer that must not be written.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class _Export:
     def __dlpack_device__(self):
         return (1, 0)  # kDLCPU: the CPU plugin's memory
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None):
         if copy:
             return self._tensor.cpu().__dlpack__(max_version=max_version)
         versioned = max_version is not None and tuple(max_version)[0] >= 1
@@ -101,3 +104,21 @@ def from_jax(array, device: torch.device | str | int | None = None) -> torch.Ten
     """A JAX array as a tpu tensor: in place on the CPU plugin (the array may be
     deleted first), a copy elsewhere."""
     return from_dlpack(array, device)
+
+
+_TORCH_DLPACK = torch.Tensor.__dlpack__
+_TORCH_DLPACK_DEVICE = torch.Tensor.__dlpack_device__
+
+
+def _tensor_dlpack(self, *args, **kwargs):
+    if self.device.type == "tpu":
+        return to_dlpack(self).__dlpack__(*args, **kwargs)
+    return _TORCH_DLPACK(self, *args, **kwargs)
+
+
+def _tensor_dlpack_device(self):
+    return (1, 0) if self.device.type == "tpu" else _TORCH_DLPACK_DEVICE(self)
+
+
+torch.Tensor.__dlpack__ = _tensor_dlpack
+torch.Tensor.__dlpack_device__ = _tensor_dlpack_device

@@ -304,3 +304,13 @@ def test_interop_bad_input():
         torch_tpu.to_dlpack(torch.ones(2))
     with pytest.raises(TypeError, match="not a DLPack producer"):
         torch_tpu.from_dlpack([1, 2])
+
+
+def test_numpy_and_jax_take_tpu_tensors_directly():
+    import numpy as np
+
+    x = torch.randn(8, 8)
+    t = x.to("tpu")
+    torch.testing.assert_close(torch.from_numpy(np.from_dlpack(t).copy()), x)
+    torch.testing.assert_close(torch.from_numpy(np.array(jax.dlpack.from_dlpack(t))), x)
+    assert torch.ones(2).__dlpack_device__() == (1, 0)  # CPU tensors keep PyTorch's own protocol
