@@ -314,3 +314,23 @@ def test_numpy_and_jax_take_tpu_tensors_directly():
     torch.testing.assert_close(torch.from_numpy(np.from_dlpack(t).copy()), x)
     torch.testing.assert_close(torch.from_numpy(np.array(jax.dlpack.from_dlpack(t))), x)
     assert torch.ones(2).__dlpack_device__() == (1, 0)  # CPU tensors keep PyTorch's own protocol
+
+
+def test_pallas_kernel_that_cannot_run_here_is_a_clear_error():
+    from jax.experimental import pallas as pl
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    op = op_of(lambda x: pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x))
+    with pytest.raises(RuntimeError, match=r"jax_test::op\d+: JAX could not lower the function for platform 'cpu'"):
+        op(torch.ones(8, 128).to("tpu"))
+
+
+def test_views_and_expanded_inputs_are_read_as_their_elements():
+    op = op_of(lambda a, b: a * 10 + b)
+    x = torch.randn(4, 6)
+    b = torch.randn(6)
+    t = x.to("tpu")
+    torch.testing.assert_close(op(t.t(), b.to("tpu")[:4].expand(6, 4).t().t()).cpu(), x.t() * 10 + b[:4])
+    torch.testing.assert_close(op(t[1:, ::2], t[0, ::2]).cpu(), x[1:, ::2] * 10 + x[0, ::2])
