@@ -56,6 +56,7 @@ __all__ = [
     "get_fallback",
     "registered_lowerings",
     "jax_op",
+    "explain",
     "to_dlpack",
     "from_dlpack",
     "to_jax",
@@ -244,6 +245,17 @@ def cache_only(enabled: bool = True):
 def cache_clear() -> int:
     """Removes every entry of the persistent compilation cache; returns how many."""
     return _C.cache_clear()
+
+
+def explain(min_compiles: int = 3) -> str:
+    """A short report of the run so far, for a person: ops on the CPU fallback and
+    where they were called, programs compiled `min_compiles` times or more and
+    what changed, Fused flush reasons, transfers, torch.compile recompiles; a
+    suggestion per finding (torch_tpu/_explain.py). `python -m torch_tpu explain
+    script.py` prints it after running a script."""
+    from torch_tpu._explain import explain as report
+
+    return report(min_compiles)
 
 
 def jax_op(name: str, fn, static_argnums=()):

@@ -120,15 +120,35 @@ def doctor() -> int:
     return 1 if failed else 0
 
 
+def run_and_explain(script: str, script_args: list) -> int:
+    """Runs `script` as __main__ with its arguments, then prints the report (also when it fails)."""
+    import runpy
+
+    sys.argv = [script, *script_args]
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        print(torch_tpu.explain(), file=sys.stderr)
+    return code
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_tpu")
     commands = parser.add_subparsers(dest="command", required=True)
     cache = commands.add_parser("cache", help="the persistent compilation cache (TORCH_TPU_CACHE_DIR)")
     cache.add_argument("action", choices=["info", "clear"])
     commands.add_parser("doctor", help="check the installation: plugin, devices, cache, a program, Fused, compile")
+    explain = commands.add_parser("explain", help="run a script, then print torch_tpu.explain()'s report")
+    explain.add_argument("script")
+    explain.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command == "doctor":
         return doctor()
+    if args.command == "explain":
+        return run_and_explain(args.script, args.args)
     if args.action == "info":
         info = torch_tpu.cache_info()
         if not info["enabled"]:

@@ -2,6 +2,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <map>
 #include <string>
 
 namespace torch_tpu::aten {
@@ -13,4 +14,6 @@ void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c
 // Whether an op without a lowering raises (true) or runs on CPU (false).
 void set_fallback_raises(bool raises);
 bool fallback_raises_errors();
+// Per op that ran on the CPU fallback: the user's frame that first called it.
+std::map<std::string, std::string> fallback_call_sites();
 }  // namespace torch_tpu::aten

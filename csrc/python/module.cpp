@@ -225,6 +225,8 @@ PYBIND11_MODULE(_C, m) {
     return ops;
   });
   m.def("_bare_execute_median_us", &bare_execute_median_us);
+  m.def("_fallback_call_sites", &torch_tpu::aten::fallback_call_sites);
+  m.def("_compile_changes", [] { return Runtime::get().compile_changes(); });
   m.def("_set_cache_only", [](bool on) { Runtime::get().set_cache_only(on); });
   m.def("_cache_only", [] { return Runtime::get().cache_only(); });
   m.def("_set_compile_fault", [](const std::string& marker) { Runtime::get().set_compile_fault(marker); });

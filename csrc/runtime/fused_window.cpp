@@ -95,6 +95,8 @@ std::function<std::string()>& stack_provider() {
 
 void FusedWindow::set_stack_provider(std::function<std::string()> provider) { stack_provider() = std::move(provider); }
 
+std::string FusedWindow::stack() { return stack_provider() ? stack_provider()() : std::string(); }
+
 bool FusedWindow::empty() {
   std::lock_guard<std::mutex> lock(mutex_);
   return calls_.empty();

@@ -38,6 +38,7 @@ class FusedWindow {
   void replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before);
   bool empty();
   static void set_stack_provider(std::function<std::string()> provider);
+  static std::string stack();  // the provider's frames, or ""
 
  private:
   // A value of the window: an input (a concrete buffer it reads) or an output of a recorded call.

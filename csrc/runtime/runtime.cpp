@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "runtime/fused_window.h"
@@ -143,6 +145,14 @@ int64_t positive_env(const char* name, int64_t fallback, const std::string& unit
     throw std::runtime_error("torch_tpu: " + std::string(name) + "='" + v + "' is not a positive number of " + unit +
                              ".");
   return n;
+}
+
+// What a program key names before its first '|': the op ("aten::mm"), or
+// the kind of program ("view_read"; "bounded|aten::sum.dim_IntList" keeps the op).
+std::string program_family(const std::string& key) {
+  size_t end = key.find('|');
+  if (key.compare(0, end, "bounded") == 0 && end != std::string::npos) end = key.find('|', end + 1);
+  return key.substr(0, end);
 }
 
 PJRT_Buffer_Type pjrt_type(DType t) {
@@ -536,6 +546,66 @@ std::shared_ptr<pjrt::Executable> Runtime::executable(const Program& program, bo
   }
 }
 
+namespace {
+// A program key's parts: its family, then one per argument of an op's key.
+std::vector<std::string> key_parts(const std::string& key) {
+  std::vector<std::string> parts;
+  for (size_t at = 0; at <= key.size();) {
+    size_t end = key.find_first_of(";|", at);
+    if (end == std::string::npos) end = key.size();
+    parts.push_back(key.substr(at, end - at));
+    at = end + 1;
+  }
+  return parts;
+}
+}  // namespace
+
+void Runtime::note_compile(const Program& program) {
+  const std::string family = program_family(program.key);
+  count("compiles");
+  count("compiles::" + family);
+  {
+    // Why a family compiled again: the first part of its key that differs from its last compile's.
+    std::lock_guard<std::mutex> lock(compile_notes_mutex_);
+    auto& [last_key, change] = compile_notes_[family];
+    if (!last_key.empty()) {
+      const auto before = key_parts(last_key), now = key_parts(program.key);
+      for (size_t i = 0; i < std::max(before.size(), now.size()); ++i) {
+        const std::string a = i < before.size() ? before[i] : "", b = i < now.size() ? now[i] : "";
+        if (a == b) continue;
+        change = "key part " + std::to_string(i) + ": " + a.substr(0, 120) + " -> " + b.substr(0, 120);
+        break;
+      }
+    }
+    last_key = program.key;
+  }
+  // TORCH_TPU_DUMP_ON_MISS=<dir>: every program compiled (missed both caches), its key and StableHLO.
+  static const char* dump = std::getenv("TORCH_TPU_DUMP_ON_MISS");
+  if (dump && *dump) {
+    std::error_code ec;
+    std::filesystem::create_directories(dump, ec);
+    std::string name = family.substr(0, 60);
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '_';
+    const auto path = std::filesystem::path(dump) / (name + "-" + hash_hex(program.key).substr(0, 12) + ".mlir");
+    if (std::FILE* f = std::fopen(path.c_str(), "w")) {
+      std::string key = program.key;
+      for (char& c : key)
+        if (c == '\n') c = ' ';
+      std::fprintf(f, "// torch_tpu program key: %s\n%s", key.c_str(), program.mlir.c_str());
+      std::fclose(f);
+    }
+  }
+}
+
+std::map<std::string, std::string> Runtime::compile_changes() {
+  std::lock_guard<std::mutex> lock(compile_notes_mutex_);
+  std::map<std::string, std::string> out;
+  for (const auto& [family, note] : compile_notes_)
+    if (!note.second.empty()) out[family] = note.second;
+  return out;
+}
+
 void Runtime::refuse_if_cache_only(const Program& program) {
   if (!cache_only()) return;
   count("cache_only_misses");
@@ -577,7 +647,7 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
                                   "': name XLA DebugOptions fields, e.g. xla_backend_optimization_level=1)");
     throw std::runtime_error(what + "\nwhile compiling:\n" + program.mlir);
   }
-  count("compiles");
+  note_compile(program);
   count("compile_us", microseconds_since(compile_start));
   if (disk.enabled() && serializable_.load()) {
     // No exception here: one thrown at this point (a long Fused run, the
@@ -611,7 +681,7 @@ std::shared_ptr<pjrt::Executable> Runtime::compile_on_devices(const Program& pro
   } catch (const pjrt::Error& e) {
     throw std::runtime_error(std::string(e.what()) + "\nwhile compiling:\n" + program.mlir);
   }
-  count("compiles");
+  note_compile(program);
   count("compile_us", microseconds_since(compile_start));
   std::vector<PJRT_Device*> expected;
   for (int d : program.devices) expected.push_back(device(d));
@@ -731,6 +801,8 @@ void Runtime::resolve(const pjrt::Buffer& buffer, const char* reason) {
         "torch_tpu: this tensor's value was never computed: the fused window that was to compute it failed (see "
         "the earlier error). Compute it again.");
 }
+
+std::string Runtime::python_stack() { return FusedWindow::stack(); }
 
 void Runtime::set_stack_provider(std::function<std::string()> provider) {
   FusedWindow::set_stack_provider(std::move(provider));

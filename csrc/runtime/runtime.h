@@ -28,6 +28,8 @@ using stablehlo::DType;
 using stablehlo::TensorType;
 
 PJRT_Buffer_Type pjrt_type(DType t);
+// A program key's op or kind of program: the metric compiles::<family> counts its compiles.
+std::string program_family(const std::string& key);
 
 // The positive integer in environment variable `name`, or `fallback` when it
 // is unset; anything else throws "NAME='v' is not a positive number of <unit>".
@@ -232,6 +234,11 @@ class Runtime {
   // Fused mode's debugging aid (TORCH_TPU_FUSED_DEBUG=1): a function that
   // returns where an op was called from (the Python stack), kept per recorded op.
   static void set_stack_provider(std::function<std::string()> provider);
+  // The calling Python frames (the user's), "" where no provider is set.
+  static std::string python_stack();
+  // Per family of programs compiled more than once: what in its key changed
+  // at the last compile (torch_tpu.explain's "why it recompiled").
+  std::map<std::string, std::string> compile_changes();
 
   // A copy into host memory started by download_async.
   struct HostCopy {
@@ -354,6 +361,11 @@ class Runtime {
   std::shared_ptr<pjrt::Executable> compile_on_devices(const Program& program);
   std::shared_ptr<pjrt::Executable> load_or_compile(const Program& program, bool* from_disk);
   void refuse_if_cache_only(const Program& program);  // throws in a cache-only run
+  // Counts a compile (compiles::<family>), notes what changed since the
+  // family's last compile, dumps it under TORCH_TPU_DUMP_ON_MISS.
+  void note_compile(const Program& program);
+  std::mutex compile_notes_mutex_;
+  std::map<std::string, std::pair<std::string, std::string>> compile_notes_;  // family -> (last key, change)
   // Compiles in progress, by disk key: a second thread waits for the first.
   std::mutex compiling_mutex_;
   std::unordered_map<std::string, std::shared_future<std::shared_ptr<pjrt::Executable>>> compiling_;

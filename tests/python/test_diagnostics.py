@@ -1,0 +1,68 @@
+"""What a user looks at when a run is slow: torch_tpu.explain() (and
+`python -m torch_tpu explain`), per-op compile counts with what changed,
+and TORCH_TPU_DUMP_ON_MISS."""
+
+import os
+import subprocess
+import sys
+
+import torch
+from conftest import metric_delta
+
+import torch_tpu
+
+_SCRIPT = """
+import torch, torch_tpu, warnings
+warnings.simplefilter("ignore")
+
+def special(x):
+    return torch.special.airy_ai(x)  # no tpu lowering: the CPU fallback
+
+special(torch.rand(3).to("tpu"))
+with torch_tpu.set_eager_mode("fused"):
+    for n in range(3, 9):
+        x = torch.randn(n).to("tpu")
+        total = (x * 3).sum().item()  # a host read per step
+"""
+
+
+def test_explain_names_fallbacks_recompiles_and_flushes(tmp_path):
+    script = tmp_path / "user_script.py"
+    script.write_text(_SCRIPT)
+    r = subprocess.run(
+        [sys.executable, "-m", "torch_tpu", "explain", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TORCH_TPU_CACHE_DIR": "off", "TORCH_TPU_EAGER_MODE": "strict"},
+    )
+    assert r.returncode == 0, r.stderr
+    report = r.stderr[r.stderr.index("torch_tpu.explain()") :]
+    assert "aten::special_airy_ai" in report and "user_script.py" in report and "in special" in report, report
+    assert "fused: compiled 6 times" in report and "Fused windows differ" in report, report
+    assert "host_read: 6" in report and ".item()" in report, report
+
+
+def test_compile_counts_per_op_and_what_changed():
+    before = torch_tpu.metrics()
+    with torch_tpu.set_eager_mode("strict"):  # each op its own program
+        for n in (11, 12, 13):
+            torch.ones(n, 7).to("tpu").neg()
+    assert metric_delta(before, "compiles::aten::neg") >= 3
+    change = torch_tpu._C._compile_changes()["aten::neg"]
+    assert "f32[12,7]" in change and "f32[13,7]" in change, change
+    assert "aten::neg" in torch_tpu.explain()
+
+
+def test_dump_on_miss_writes_every_compiled_program(run_python, tmp_path):
+    code = "import torch, torch_tpu\nx = torch.arange(6.0).to('tpu')\n(x.exp() * 2).cpu()\n"
+    r = run_python(
+        code, TORCH_TPU_DUMP_ON_MISS=str(tmp_path / "dump"), TORCH_TPU_CACHE_DIR="off", TORCH_TPU_EAGER_MODE="strict"
+    )
+    assert r.returncode == 0, r.stderr
+    files = {p.name.split("-")[0]: p.read_text() for p in (tmp_path / "dump").iterdir()}
+    assert "aten__exp" in files and "aten__mul.Tensor" in files, sorted(files)
+    assert (
+        files["aten__exp"].startswith("// torch_tpu program key: aten::exp|")
+        and "module @torch_tpu" in files["aten__exp"]
+    )
