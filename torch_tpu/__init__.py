@@ -228,6 +228,13 @@ def cache_info() -> dict:
     return dict(_C.cache_info())
 
 
+def cache_entries() -> list:
+    """Per entry of the persistent cache: file, what it holds (the op or kind of
+    program, "index of ..." for a program's index), bytes, compile_ms, hits
+    (loads by any process) and age_s (since last use)."""
+    return list(_C.cache_entries())
+
+
 @contextlib.contextmanager
 def cache_only(enabled: bool = True):
     """Within the block, a program that is in neither the in-memory nor the

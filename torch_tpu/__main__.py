@@ -140,6 +140,7 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     cache = commands.add_parser("cache", help="the persistent compilation cache (TORCH_TPU_CACHE_DIR)")
     cache.add_argument("action", choices=["info", "clear"])
+    cache.add_argument("--entries", action="store_true", help="info: one line per entry (compile time, hits)")
     commands.add_parser("doctor", help="check the installation: plugin, devices, cache, a program, Fused, compile")
     explain = commands.add_parser("explain", help="run a script, then print torch_tpu.explain()'s report")
     explain.add_argument("script")
@@ -158,6 +159,14 @@ def main(argv=None) -> int:
         print(f"  entries: {info['entries']}")
         size, limit = info["bytes"] / 2**20, info["limit_bytes"] / 2**20
         print(f"  size:    {size:.1f} MiB of {limit:.0f} MiB (TORCH_TPU_CACHE_LIMIT)")
+        if args.entries:
+            entries = sorted(torch_tpu.cache_entries(), key=lambda e: (-e["hits"], -e["compile_ms"]))
+            print(f"  {'hits':>6} {'compile ms':>10} {'KiB':>8} {'last used':>10}  what")
+            for e in entries:
+                print(
+                    f"  {e['hits']:>6} {e['compile_ms']:>10.1f} {e['bytes'] / 1024:>8.1f} "
+                    f"{e['age_s']:>9}s  {e['what'] or '(written before per-entry statistics)'}"
+                )
     else:
         print(f"removed {torch_tpu.cache_clear()} entries from {torch_tpu.cache_info()['dir']}")
     return 0

@@ -119,6 +119,20 @@ PYBIND11_MODULE(_C, m) {
     d["limit_bytes"] = i.limit;
     return d;
   });
+  m.def("cache_entries", [] {
+    py::list out;
+    for (const auto& e : torch_tpu::runtime::DiskCache::from_environment()->entries()) {
+      py::dict d;
+      d["file"] = e.file;
+      d["what"] = e.what;
+      d["bytes"] = e.bytes;
+      d["hits"] = e.hits;
+      d["compile_ms"] = e.compile_ms;
+      d["age_s"] = e.age_s;
+      out.append(d);
+    }
+    return out;
+  });
   m.def("cache_clear", [] {
     auto disk = torch_tpu::runtime::DiskCache::from_environment();
     // The runtime's own cache object, when it is this directory: its running size starts over.

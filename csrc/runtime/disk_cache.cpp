@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -93,12 +95,16 @@ std::optional<std::string> DiskCache::load(const std::string& key, Lookup* resul
     return std::nullopt;
   }
   std::error_code ec;
-  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // most recently used
+  fs::last_write_time(path, fs::file_time_type::clock::now(), ec);     // most recently used
+  if (std::FILE* hits = std::fopen((path + ".hits").c_str(), "ab")) {  // O_APPEND: one byte per hit, any process
+    std::fputc('.', hits);
+    std::fclose(hits);
+  }
   set(Lookup::Hit);
   return bytes.substr(kHeader);
 }
 
-bool DiskCache::store(const std::string& key, const std::string& payload) {
+bool DiskCache::store(const std::string& key, const std::string& payload, const std::string& what, double compile_ms) {
   if (!enabled()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   std::error_code ec;
@@ -123,6 +129,10 @@ bool DiskCache::store(const std::string& key, const std::string& payload) {
   if (ec) {
     fs::remove(tmp, ec);
     return false;
+  }
+  if (!what.empty()) {
+    std::ofstream info(path + ".info", std::ios::trunc);
+    info << what << "\n" << compile_ms << "\n";
   }
   // A running total, not a scan per write (O(entries) each); other processes'
   // writes are seen at the next scan, when this total passes the limit.
@@ -154,8 +164,33 @@ int64_t DiskCache::evict() {
   for (const auto& e : entries) {
     if (total <= limit_) break;
     if (fs::remove(e.path, ec)) total -= e.bytes;
+    fs::remove(e.path.string() + ".info", ec);
+    fs::remove(e.path.string() + ".hits", ec);
   }
   return total;
+}
+
+std::vector<DiskCache::Entry> DiskCache::entries() const {
+  std::vector<Entry> out;
+  std::error_code ec;
+  if (!enabled()) return out;
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    if (e.path().extension() != kSuffix) continue;
+    Entry entry;
+    entry.file = e.path().filename().string();
+    entry.bytes = static_cast<int64_t>(e.file_size(ec));
+    entry.age_s = std::chrono::duration_cast<std::chrono::seconds>(now - e.last_write_time(ec)).count();
+    const std::string base = e.path().string();
+    if (std::ifstream info(base + ".info"); info) {
+      std::getline(info, entry.what);
+      info >> entry.compile_ms;
+    }
+    entry.hits = static_cast<int64_t>(fs::file_size(base + ".hits", ec));
+    if (ec) entry.hits = 0;
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 DiskCache::Info DiskCache::info() const {
@@ -177,7 +212,7 @@ int64_t DiskCache::clear() {
   if (!enabled()) return 0;
   std::vector<fs::path> paths;
   for (const auto& e : fs::directory_iterator(dir_, ec))
-    if (e.path().extension() == kSuffix || e.path().string().find(".pjrt.tmp.") != std::string::npos)
+    if (e.path().extension() == kSuffix || e.path().string().find(kSuffix + std::string(".")) != std::string::npos)
       paths.push_back(e.path());
   for (const auto& p : paths) removed += fs::remove(p, ec) && p.extension() == kSuffix ? 1 : 0;
   known_bytes_ = -1;  // rescanned at the next store

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torch_tpu::runtime {
 
@@ -42,7 +43,19 @@ class DiskCache {
   std::optional<std::string> load(const std::string& key, Lookup* result = nullptr);
   // Stores `payload` for `key` atomically, then evicts down to the limit.
   // Returns false (and stores nothing) when the directory cannot be written.
-  bool store(const std::string& key, const std::string& payload);
+  // `what` and `compile_ms` describe the entry for `entries()` (a sidecar file).
+  bool store(const std::string& key, const std::string& payload, const std::string& what = "", double compile_ms = 0);
+
+  // Per entry, for `python -m torch_tpu cache info --entries`: what it holds,
+  // its compile time, and its hits (one byte appended per hit to a sidecar,
+  // so concurrent processes count without a lock).
+  struct Entry {
+    std::string file, what;
+    int64_t bytes = 0, hits = 0;
+    double compile_ms = 0;
+    int64_t age_s = 0;  // since last use
+  };
+  std::vector<Entry> entries() const;
 
   struct Info {
     std::string dir;

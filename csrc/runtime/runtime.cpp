@@ -427,7 +427,8 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   bool from_disk = false;
   if (mode() != EagerMode::Fused) executable(*program, &from_disk);
   if (from_disk) found(ProgramSource::Disk);
-  if (built && indexed && disk.enabled() && serializable_.load()) disk.store(index_key, encode_index(*program));
+  if (built && indexed && disk.enabled() && serializable_.load())
+    disk.store(index_key, encode_index(*program), "index of " + program_family(key));
   std::lock_guard<std::mutex> lock(mutex_);
   return programs_.emplace(key, std::move(program)).first->second;
 }
@@ -647,8 +648,9 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
                                   "': name XLA DebugOptions fields, e.g. xla_backend_optimization_level=1)");
     throw std::runtime_error(what + "\nwhile compiling:\n" + program.mlir);
   }
+  const int64_t compile_us = microseconds_since(compile_start);
   note_compile(program);
-  count("compile_us", microseconds_since(compile_start));
+  count("compile_us", compile_us);
   if (disk.enabled() && serializable_.load()) {
     // No exception here: one thrown at this point (a long Fused run, the
     // first program the plugin would not serialize) crashed libgcc's
@@ -661,7 +663,9 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
                    "torch_tpu: warning: the PJRT plugin cannot serialize executables (%s); "
                    "compiled programs are cached in memory only.\n",
                    error.c_str());
-    if (!bytes.empty() && disk.store(program.disk_key, bytes)) count("disk_cache_writes");
+    if (!bytes.empty() &&
+        disk.store(program.disk_key, bytes, program_family(program.key), static_cast<double>(compile_us) / 1e3))
+      count("disk_cache_writes");
   }
   mark_loaded(program, true);
   return program.executable;

@@ -66,3 +66,25 @@ def test_dump_on_miss_writes_every_compiled_program(run_python, tmp_path):
         files["aten__exp"].startswith("// torch_tpu program key: aten::exp|")
         and "module @torch_tpu" in files["aten__exp"]
     )
+
+
+def test_cache_entries_have_compile_time_and_hits(run_python, tmp_path):
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path), "TORCH_TPU_EAGER_MODE": "strict"}
+    code = "import torch, torch_tpu\n(torch.arange(5.0).to('tpu').exp()).cpu()\n"
+    for _ in range(3):  # one compile, then two processes that load it
+        r = run_python(code, **env)
+        assert r.returncode == 0, r.stderr
+    r = run_python("import torch_tpu, json\nprint(json.dumps(torch_tpu.cache_entries()))", **env)
+    entries = {e["what"]: e for e in __import__("json").loads(r.stdout.splitlines()[-1])}
+    assert entries["aten::exp"]["hits"] == 2 and entries["aten::exp"]["compile_ms"] > 0, entries
+    assert entries["index of aten::exp"]["hits"] == 2
+    cli = subprocess.run(
+        [sys.executable, "-m", "torch_tpu", "cache", "info", "--entries"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    assert cli.returncode == 0 and "aten::exp" in cli.stdout and "compile ms" in cli.stdout, cli.stdout + cli.stderr
+    r = run_python("import torch_tpu\nprint(torch_tpu.cache_clear())", **env)
+    assert not [p for p in tmp_path.iterdir() if p.suffix in (".info", ".hits")]  # sidecars go with their entries
