@@ -36,7 +36,18 @@ TEST(DiskCache, StoresAndLoads) {
   EXPECT_EQ(*got, std::string("payload\0bytes", 13));
   EXPECT_EQ(lookup, DiskCache::Lookup::Hit);
   EXPECT_FALSE(cache.load("other key"));
-  EXPECT_EQ(count_files(cache.dir()), 1);  // no temporary file left
+  EXPECT_EQ(count_files(cache.dir()), 2);  // the entry and its hits sidecar; no temporary file left
+  ASSERT_TRUE(cache.store("described", "bytes", "aten::mm", 12.5));
+  ASSERT_TRUE(cache.load("described"));
+  ASSERT_TRUE(cache.load("described"));
+  for (const auto& e : cache.entries()) {
+    if (e.what != "aten::mm") continue;
+    EXPECT_EQ(e.hits, 2);
+    EXPECT_DOUBLE_EQ(e.compile_ms, 12.5);
+  }
+  EXPECT_EQ(cache.entries().size(), 2u);
+  EXPECT_EQ(cache.clear(), 2);
+  EXPECT_EQ(count_files(cache.dir()), 0);  // sidecars go with their entries
 }
 
 TEST(DiskCache, RejectsDamagedEntries) {
