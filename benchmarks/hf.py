@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from hf_finetune import make_llama  # noqa: E402
 
 PATHS = ["CPU eager", "CPU inductor", "tpu Strict", "tpu Fused", "tpu compile"]
+if torch.cuda.is_available():  # on a GPU machine (scripts/gpu_check.sh): torch's own CUDA paths beside ours
+    PATHS += ["CUDA eager", "CUDA inductor"]
 
 
 class NotAvailable(Exception):
@@ -45,7 +47,7 @@ class NotAvailable(Exception):
 
 
 def device_of(path):
-    return "cpu" if path.startswith("CPU") else "tpu"
+    return "cpu" if path.startswith("CPU") else "cuda" if path.startswith("CUDA") else "tpu"
 
 
 def enter(path):
@@ -63,12 +65,14 @@ def enter(path):
 def sync(device):
     if device == "tpu":
         torch.tpu.synchronize()
+    elif device == "cuda":
+        torch.cuda.synchronize()
 
 
 def train_ms(path, base, args):
     device = device_of(path)
     model = copy.deepcopy(base).to(device).train()
-    forward = {"CPU inductor": "inductor", "tpu compile": "tpu"}.get(path)
+    forward = {"CPU inductor": "inductor", "CUDA inductor": "inductor", "tpu compile": "tpu"}.get(path)
     run = torch.compile(model, backend=forward) if forward else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     g = torch.Generator().manual_seed(0)
@@ -96,7 +100,7 @@ def generate_tokens_per_s(path, base, args):
     device = device_of(path)
     model = copy.deepcopy(base).to(device).eval()
     kwargs = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
-    if path == "CPU inductor":
+    if path in ("CPU inductor", "CUDA inductor"):
         model.forward = torch.compile(model.forward, backend="inductor")
         kwargs["cache_implementation"] = "static"
     elif path == "tpu compile":

@@ -170,11 +170,15 @@ PATHS = [
     Path("tpu Fused", "tpu", tpu_mode("fused")),
     Path("tpu compile", "tpu", compiled("tpu")),
 ]
+if torch.cuda.is_available():  # on a GPU machine (scripts/gpu_check.sh): torch's own CUDA paths beside ours
+    PATHS += [Path("CUDA eager", "cuda", eager), Path("CUDA inductor", "cuda", compiled("inductor"))]
 
 
 def sync(device):
     if device == "tpu":
         torch.tpu.synchronize()
+    elif device == "cuda":
+        torch.cuda.synchronize()
 
 
 def time_steps(path: Path, base_model: nn.Module, work: Workload, vocab: int, steps: int, warmup: int):
