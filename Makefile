@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0 jax==0.10.2
 
-.PHONY: vllm-venv test-vllm test-vllm-quick bench-vllm bench-dynamic all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
+.PHONY: gpu-check-dry vllm-venv test-vllm test-vllm-quick bench-vllm bench-dynamic all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
 
 all: build
 
@@ -110,6 +110,10 @@ test-vllm: vllm-venv
 test-vllm-quick: vllm-venv
 	$(VLLM_PY) -m pytest -q -p no:warnings tests/vllm -k \
 	  "(cpu_platform_matches_hf and llama) or compiles_nothing or server or attention"
+
+# scripts/gpu_check.sh's every step on the CPU plugin (about 6 minutes here; the build step too).
+gpu-check-dry: build
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/gpu_check.sh --dry-run build/gpu_check_report.md
 
 bench-dynamic: build
 	$(PY) benchmarks/dynamic_shapes.py

@@ -16,7 +16,8 @@
 # checkout's .venv, the way to test the script without a GPU.
 # --skip-build: use the torch_tpu the Python already imports.
 # STEP_TIMEOUT (seconds, default 180; the build gets 4x) bounds each step:
-# the whole run fits a 15-minute device lease.
+# the whole run fits a 15-minute device lease. GPU_CHECK_STEPS=doctor,tests
+# runs only those steps (ids: build doctor tests dispatch train hf explain).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -27,7 +28,7 @@ for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
     --skip-build) BUILD=0 ;;
-    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) REPORT=$arg ;;
   esac
 done
@@ -45,10 +46,14 @@ FAILED=0
 : >"$REPORT"
 note() { echo "$*" | tee -a "$REPORT"; }
 
-# step NAME COMMAND...: runs it under the step timeout, its output in the report.
+# step ID NAME COMMAND...: runs it under the step timeout, its output in the
+# report; GPU_CHECK_STEPS (ids, comma-separated) runs only those.
 step() {
-  local name=$1
-  shift
+  local id=$1 name=$2
+  shift 2
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && [[ ",$GPU_CHECK_STEPS," != *",$id,"* ]]; then
+    return
+  fi
   note ""
   note "## $name"
   note ""
@@ -96,22 +101,24 @@ build() {
 }
 
 if [ "$BUILD" = 1 ]; then
-  STEP_TIMEOUT=$((STEP_TIMEOUT * 4)) step "build against this torch" build
+  export -f build  # `timeout` runs programs: the step runs the function in a child bash
+  export ROOT DRY PY
+  STEP_TIMEOUT=$((STEP_TIMEOUT * 4)) step build "build against this torch" bash -c build
   export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 fi
 
-step "doctor" "$PY" -m torch_tpu doctor
-step "tests (fixed subset)" "$PY" -m pytest -q -p no:cacheprovider -p no:warnings \
+step doctor "doctor" "$PY" -m torch_tpu doctor
+step tests "tests (fixed subset)" "$PY" -m pytest -q -p no:cacheprovider -p no:warnings \
   tests/python/test_fused.py tests/python/test_compile.py tests/python/test_training.py tests/python/test_jax_ops.py
-step "benchmark: dispatch" "$PY" benchmarks/dispatch.py --iters 1000
-step "benchmark: train step" "$PY" benchmarks/train_step.py --steps 5 --warmup 2 --sizes demo,gpt512
+step dispatch "benchmark: dispatch" "$PY" benchmarks/dispatch.py --iters 1000
+step train "benchmark: train step" "$PY" benchmarks/train_step.py --steps 5 --warmup 2 --sizes demo,gpt512
 if "$PY" -c 'import transformers' 2>/dev/null; then
-  step "benchmark: Hugging Face" "$PY" benchmarks/hf.py --steps 3 --warmup 2 --gen-runs 1
+  step hf "benchmark: Hugging Face" "$PY" benchmarks/hf.py --steps 3 --warmup 2 --gen-runs 1
 else
   note ""
   note "## benchmark: Hugging Face: skipped (transformers is not installed)"
 fi
-step "explain (what the run cost)" "$PY" -c 'import torch, torch_tpu; x = torch.randn(64, 64).to("tpu"); (x @ x).sum().item(); print(torch_tpu.explain())'
+step explain "explain (what the run cost)" "$PY" -c 'import torch, torch_tpu; x = torch.randn(64, 64).to("tpu"); (x @ x).sum().item(); print(torch_tpu.explain())'
 
 note ""
 note "failed steps: $FAILED; report: $REPORT"

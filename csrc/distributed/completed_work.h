@@ -38,7 +38,8 @@ inline c10::intrusive_ptr<c10d::Work> done(int rank, c10d::OpType type, std::vec
 
 // The other ranks' threads need the GIL while this one waits for them (a
 // functional collective is called from Python holding it).
-struct WithoutGil {
+// Hidden like pybind11's own types, which it holds.
+struct __attribute__((visibility("hidden"))) WithoutGil {
   std::optional<pybind11::gil_scoped_release> release;
   WithoutGil() {
     if (Py_IsInitialized() && PyGILState_Check()) release.emplace();

@@ -72,9 +72,9 @@ ProcessGroupTPU::ProcessGroupTPU(int rank, int size, const std::string& group_ke
                                  c10::intrusive_ptr<c10d::Backend> host, std::vector<std::string> places)
     : Backend(rank, size),
       places_(std::move(places)),
+      host_(std::move(host)),
       rendezvous_(collectives::Rendezvous::of(group_key, size)),
-      timeout_(timeout),
-      host_(std::move(host)) {}
+      timeout_(timeout) {}
 
 std::optional<std::vector<pjrt::BufferPtr>> ProcessGroupTPU::launch(collectives::Rendezvous::Launch launch) {
   TORCH_CHECK(!host_,

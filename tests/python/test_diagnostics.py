@@ -88,3 +88,20 @@ def test_cache_entries_have_compile_time_and_hits(run_python, tmp_path):
     assert cli.returncode == 0 and "aten::exp" in cli.stdout and "compile ms" in cli.stdout, cli.stdout + cli.stderr
     r = run_python("import torch_tpu\nprint(torch_tpu.cache_clear())", **env)
     assert not [p for p in tmp_path.iterdir() if p.suffix in (".info", ".hits")]  # sidecars go with their entries
+
+
+def test_gpu_check_dry_run_writes_a_report(tmp_path):
+    """scripts/gpu_check.sh's own steps on the CPU plugin (`make gpu-check-dry` runs them all)."""
+    root = __import__("pathlib").Path(__file__).parents[2]
+    report = tmp_path / "report.md"
+    r = subprocess.run(
+        ["bash", str(root / "scripts" / "gpu_check.sh"), "--dry-run", "--skip-build", str(report)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "GPU_CHECK_STEPS": "doctor,explain", "PYTHON": sys.executable},
+    )
+    text = report.read_text()
+    assert r.returncode == 0, text
+    assert "PJRT_DEVICE=CPU, dry run" in text and "9 of 9 checks passed" in text, text
+    assert "doctor: exit 0" in text and "explain (what the run cost): exit 0" in text and "failed steps: 0" in text
