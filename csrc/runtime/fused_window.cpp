@@ -49,10 +49,11 @@ const FusedWindow::Signature& FusedWindow::signature(const Program& program) {
     throw std::logic_error("torch_tpu: program " + program.key + " is not a module with a @main");
   Signature f;
   // Functions @main calls follow it, each behind a marker line (Builder::module).
-  for (size_t at = m.find(marker, begin), end; at != std::string::npos && at < last; at = end) {
-    if (f.functions.empty()) last = at;
+  const size_t module_end = last;
+  for (size_t at = m.find(marker, begin), end; at != std::string::npos && at < module_end; at = end) {
+    if (f.functions.empty()) last = at;  // @main ends where the first function begins
     const size_t name_begin = at + marker.size(), name_end = m.find('\n', name_begin);
-    end = std::min(m.find(marker, name_end), m.rfind("\n}"));
+    end = std::min(m.find(marker, name_end), module_end);
     f.functions.emplace_back(m.substr(name_begin, name_end - name_begin), m.substr(name_end + 1, end - name_end - 1));
   }
   size_t params_begin = begin + head.size();

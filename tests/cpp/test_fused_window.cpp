@@ -110,6 +110,14 @@ const char* kTwice =
     "    %r = \"stablehlo.add\"(%a, %a) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>\n"
     "    \"func.return\"(%r) : (tensor<4xf32>) -> ()\n  }) : () -> ()";
 
+// A function that calls another one (JAX modules have such helpers).
+const char* kFourTimes =
+    "\"func.func\"() <{function_type = (tensor<4xf32>) -> tensor<4xf32>, sym_name = \"four_times\", "
+    "sym_visibility = \"private\"}> ({\n  ^bb0(%a: tensor<4xf32>):\n"
+    "    %t = \"func.call\"(%a) <{callee = @twice}> : (tensor<4xf32>) -> tensor<4xf32>\n"
+    "    %r = \"func.call\"(%t) <{callee = @twice}> : (tensor<4xf32>) -> tensor<4xf32>\n"
+    "    \"func.return\"(%r) : (tensor<4xf32>) -> ()\n  }) : () -> ()";
+
 ProgramPtr calls_twice(const std::string& key, stablehlo::Unary then) {
   return Runtime::get().program(key, [&] {
     Builder b;
@@ -132,6 +140,27 @@ TEST(FusedWindow, ProgramsShareTheFunctionsTheyCall) {
   auto z = rt.execute(neg_twice, {y}, 0, "neg_twice")[0];
   EXPECT_EQ(read(z), (std::vector<float>{-4, -8, -12, -16}));
   EXPECT_THROW(Builder().call("missing", {}, {kVec}), std::invalid_argument);
+}
+
+TEST(FusedWindow, AFunctionsHelpersComeWithIt) {
+  auto& rt = Runtime::get();
+  std::vector<float> host{1, -2, 3, -4};
+  auto x = rt.upload(host.data(), DType::Float32, {4}, 0);
+  auto program = rt.program("test_fused|four_times", [&] {
+    Builder b;
+    Value v = b.parameter(kVec);
+    b.add_function("twice", kTwice);
+    b.add_function("four_times", kFourTimes);
+    return ProgramSpec(b.module({b.call("four_times", {v}, {kVec})[0]}), {kVec});
+  });
+  FusedMode fused;
+  rt.reset_metrics();
+  auto y = rt.execute(program, {x}, 0, "four_times")[0];
+  auto z = rt.execute(program, {y}, 0, "four_times")[0];
+  EXPECT_EQ(read(z), (std::vector<float>{16, -32, 48, -64}));
+  auto m = rt.metrics();
+  EXPECT_EQ(m["fused_flushes"], 1);
+  EXPECT_EQ(m["fused_replays"], 0);  // one program, not replayed op by op
 }
 
 }  // namespace

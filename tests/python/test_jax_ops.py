@@ -334,3 +334,12 @@ def test_views_and_expanded_inputs_are_read_as_their_elements():
     t = x.to("tpu")
     torch.testing.assert_close(op(t.t(), b.to("tpu")[:4].expand(6, 4).t().t()).cpu(), x.t() * 10 + b[:4])
     torch.testing.assert_close(op(t[1:, ::2], t[0, ::2]).cpu(), x[1:, ::2] * 10 + x[0, ::2])
+
+
+def test_a_kernel_whose_module_has_helper_functions_fuses(fused):
+    op = op_of(lambda x: jnp.cumsum(x, 0) * 2)  # JAX lowers cumsum to a private helper function
+    x = torch.randn(5, 3)
+    before = torch_tpu.metrics()
+    out = op(x.to("tpu") + 1).cpu()
+    assert metric_delta(before, "fused_replays") == 0  # one program, not replayed op by op
+    torch.testing.assert_close(out, torch.cumsum(x + 1, 0) * 2)
