@@ -221,20 +221,22 @@ class JaxOp:
         devices = {t.device for t in tensors}
         if len(devices) > 1:
             raise RuntimeError(f"{self.name}: tensors on several devices: {sorted(map(str, devices))}")
-        return tensors, (tree, constants, static, [_fingerprint(c) for c in constants])
+        # The static values themselves, not `args`: a lowering keeps its layout, and must not keep the tensors.
+        statics = {i: args[i] for i in self.static_argnums if i < len(args)}
+        return tensors, (tree, constants, static, [_fingerprint(c) for c in constants], len(args), statics)
 
-    def _call_fn(self, arrays, layout, args):
+    def _call_fn(self, arrays, layout):
         """fn called with `arrays` where the tensors were."""
         jax = _jax()
-        tree, constants, _, _ = layout
+        tree, constants, _, _, n_args, statics = layout
         it = iter(arrays)
         leaves = [next(it) if c is None else c for c in constants]
         dynamic, kwargs = jax.tree_util.tree_unflatten(tree, leaves)
         dynamic = iter(dynamic)
-        full = [args[i] if i in self.static_argnums else next(dynamic) for i in range(len(args))]
+        full = [statics[i] if i in statics else next(dynamic) for i in range(n_args)]
         return self.fn(*full, **kwargs)
 
-    def _signature(self, kind: str, tensors, layout, args, extra=()):
+    def _signature(self, kind: str, tensors, layout, extra=()):
         """The signature string of this call's lowering of `kind` (primal, fwd,
         bwd), lowered on first use; and its bookkeeping."""
         jax = _jax()
@@ -249,11 +251,11 @@ class JaxOp:
         if kind == "primal":
 
             def flat_fn(*arrays):
-                return jax.tree_util.tree_leaves(self._call_fn(arrays, layout, args))
+                return jax.tree_util.tree_leaves(self._call_fn(arrays, layout))
 
             try:
                 with jax.enable_x64(True):
-                    out_shape = jax.eval_shape(lambda *a: self._call_fn(a, layout, args), *avals)
+                    out_shape = jax.eval_shape(lambda *a: self._call_fn(a, layout), *avals)
             except Exception as e:
                 raise _lowering_error(self.name, avals, e) from e
             out_tree = jax.tree_util.tree_structure(out_shape)
@@ -268,7 +270,7 @@ class JaxOp:
                     full = list(arrays)
                     for i, x in zip(diff, d, strict=True):
                         full[i] = x
-                    return self._call_fn(full, layout, args)
+                    return self._call_fn(full, layout)
 
                 return jax.vjp(of_diff, *[arrays[i] for i in diff])
 
@@ -311,11 +313,11 @@ class JaxOp:
         tensors, layout = self._split(args, kwargs)
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if not needs_grad:
-            signature, info, _ = self._signature("primal", tensors, layout, args)
+            signature, info, _ = self._signature("primal", tensors, layout)
             outs = self._op(tensors, signature)
             return jax.tree_util.tree_unflatten(info["out_tree"], outs)
-        outs = _JaxFunction.apply(self, layout, args, *tensors)
-        _, info, _ = self._signature("fwd", tensors, layout, args)
+        outs = _JaxFunction.apply(self, layout, *tensors)
+        _, info, _ = self._signature("fwd", tensors, layout)
         return jax.tree_util.tree_unflatten(info["out_tree"], list(outs))
 
 
@@ -325,12 +327,12 @@ class _JaxFunction(torch.autograd.Function):
     outputs' gradients."""
 
     @staticmethod
-    def forward(ctx, op: JaxOp, layout, args, *tensors):
-        signature, info, key = op._signature("fwd", tensors, layout, args)
+    def forward(ctx, op: JaxOp, layout, *tensors):
+        signature, info, key = op._signature("fwd", tensors, layout)
         flat = op._op(list(tensors), signature)
         n_out = len(flat) - info["n_res"]
         outs = flat[:n_out]
-        ctx.op, ctx.layout, ctx.args, ctx.fwd_key, ctx.diff = op, layout, args, key, info["diff"]
+        ctx.op, ctx.layout, ctx.fwd_key, ctx.diff = op, layout, key, info["diff"]
         ctx.n_inputs = len(tensors)
         ctx.outs = [(o.shape, o.dtype, o.device) for o in outs]
         ctx.save_for_backward(*flat[n_out:])
@@ -346,12 +348,12 @@ class _JaxFunction(torch.autograd.Function):
             if _differentiable(dtype)
         ]
         inputs = list(ctx.saved_tensors) + cotangents
-        signature, _, _ = ctx.op._signature("bwd", inputs, ctx.layout, ctx.args, extra=ctx.fwd_key)
+        signature, _, _ = ctx.op._signature("bwd", inputs, ctx.layout, extra=ctx.fwd_key)
         grads_in = ctx.op._op(inputs, signature)
         out = [None] * ctx.n_inputs
         for i, g in zip(ctx.diff, grads_in, strict=True):
             out[i] = g
-        return (None, None, None, *out)
+        return (None, None, *out)
 
 
 def _differentiable(dtype) -> bool:

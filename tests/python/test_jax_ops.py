@@ -343,3 +343,18 @@ def test_a_kernel_whose_module_has_helper_functions_fuses(fused):
     out = op(x.to("tpu") + 1).cpu()
     assert metric_delta(before, "fused_replays") == 0  # one program, not replayed op by op
     torch.testing.assert_close(out, torch.cumsum(x + 1, 0) * 2)
+
+
+def test_a_lowering_does_not_keep_its_first_call_tensors():
+    import gc
+    import weakref
+
+    op = op_of(lambda x, n: x * n, static_argnums=(1,))
+    t = torch.randn(64).to("tpu")
+    g = torch.randn(64).to("tpu").requires_grad_()
+    op(t, 2)
+    op(g, 3).sum().backward()
+    refs = [weakref.ref(t), weakref.ref(g)]
+    del t, g
+    gc.collect()
+    assert all(r() is None for r in refs)  # the cached lowerings hold static values, not the tensors
