@@ -15,7 +15,6 @@ _FLUSH_ADVICE = {
     "use the result on the device, or nonzero_static",
     "fallback": "an op without a tpu lowering ran on the CPU (see the fallback section)",
     "window_limit": "a window reached TORCH_TPU_FUSED_WINDOW ops: call torch_tpu.mark_step() per step",
-    "synchronize": "torch.tpu.synchronize(): fine once per step, costly inside the step",
     "device": "ops alternate between devices: keep one step on one device",
 }
 

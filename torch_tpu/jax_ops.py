@@ -247,7 +247,6 @@ class JaxOp:
         if hit is not None:
             return hit
         avals = [jax.ShapeDtypeStruct(s, _jax_dtype(d, self.name)) for d, s in shapes]
-        out_tree = None
         if kind == "primal":
 
             def flat_fn(*arrays):
