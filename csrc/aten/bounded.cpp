@@ -1,9 +1,12 @@
 #include "aten/bounded.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -26,6 +29,7 @@ std::vector<Part> storage_parts(const runtime::Padding& p) {
 }
 
 std::atomic<bool> any_padded{false};  // see padded_storages_exist
+std::atomic<int64_t> live_padded{0};  // see padded_storages_live
 
 pjrt::BufferPtr uploaded_sizes(const std::vector<int64_t>& sizes, int device);
 
@@ -134,7 +138,7 @@ bool has_unknown(const DeviceStorage& s) { return s.padding && !s.padding->unkno
 // Accounts the padding's bytes of `s` (now `bytes`); every storage that
 // becomes padded passes here.
 void set_padding_bytes(DeviceStorage& s, int64_t bytes) {
-  if (s.padding) any_padded.store(true, std::memory_order_relaxed);
+  note_padding(s);
   if (bytes != s.padding_bytes) Runtime::get().resize(s.device, bytes - s.padding_bytes);
   s.padding_bytes = bytes;
 }
@@ -265,6 +269,41 @@ std::vector<int64_t> PaddedRead::shape() const {
     s.push_back(n);
   }
   return s;
+}
+
+bool padded_storages_live() { return live_padded.load(std::memory_order_relaxed) > 0; }
+
+namespace {
+// The real sizes of the bounded dims of the storages padded last: a factory
+// of such a size (torch.arange(ids.shape[1])) is bounded at once.
+constexpr size_t kRecentSizes = 16;
+std::array<std::atomic<int64_t>, kRecentSizes> recent_sizes{};
+std::atomic<size_t> next_recent{0};
+
+void note_bounded_sizes(const runtime::Padding& p) {
+  for (size_t d = 0; d < p.sizes.size(); ++d) {
+    const int64_t n = p.sizes[d];
+    // (A size that fills its bucket, a power of two, is too often a static size: head_dim 8, hidden 32.)
+    if (p.buckets[d] == 0 || n <= 1 || n == p.buckets[d]) continue;
+    bool known = false;
+    for (const auto& r : recent_sizes) known |= r.load(std::memory_order_relaxed) == n;
+    if (!known) recent_sizes[next_recent.fetch_add(1, std::memory_order_relaxed) % kRecentSizes].store(n);
+  }
+}
+
+bool a_recent_bounded_size(int64_t n) {
+  for (const auto& r : recent_sizes)
+    if (r.load(std::memory_order_relaxed) == n) return true;
+  return false;
+}
+}  // namespace
+
+void note_padding(DeviceStorage& s) {
+  if (s.padding) any_padded.store(true, std::memory_order_relaxed);
+  if (s.padding.has_value() == s.counted_padded) return;
+  s.counted_padded = s.padding.has_value();
+  live_padded.fetch_add(s.counted_padded ? 1 : -1, std::memory_order_relaxed);
+  if (s.padding) note_bounded_sizes(*s.padding);
 }
 
 bool is_padded(const at::Tensor& t) { return storage_of(t).padding.has_value(); }
@@ -429,7 +468,7 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
     s.value = std::move(value);
     s.dtype = to_dtype(dtype);
     s.padding = std::move(padding);
-    any_padded.store(true, std::memory_order_relaxed);
+    note_padding(s);
     Runtime::get().count("deferred_tensors");
     return t;
   }
@@ -614,7 +653,78 @@ std::vector<int64_t> auto_buckets(const at::Tensor& host) {
   return buckets;
 }
 
+// `t` (plain, contiguous, its whole storage) takes `full`, its value computed
+// at the padded shape `padding.padded()`, as its padded value.
+void adopt_padded(const at::Tensor& t, const at::Tensor& full, runtime::Padding padding) {
+  DeviceStorage& s = storage_of(t);
+  auto value = read_dense(full);
+  Runtime::get().replaced(value, s.value);
+  s.value = std::move(value);
+  s.dtype = to_dtype(full.scalar_type());
+  s.padding = std::move(padding);
+  const int64_t bytes = padding_bytes_of(s);
+  Runtime::get().count("padded_elements", bytes / static_cast<int64_t>(stablehlo::byte_size(s.dtype)));
+  Runtime::get().count("bounded_real_elements", product(s.padding->sizes));
+  set_padding_bytes(s, bytes);
+}
+
+bool whole_plain(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1 && t.is_contiguous() &&
+         t.storage_offset() == 0 && static_cast<size_t>(t.nbytes()) == storage_of(t).nbytes && !is_padded(t) &&
+         t.numel() > 0;
+}
+
+thread_local bool in_padded_factory = false;  // its own call at the bucket runs plain
+
 }  // namespace
+
+bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  if (in_padded_factory || !padded_storages_live() || !dynamic_shapes_enabled()) return false;
+  // (Not zero_: zeros_like(p) is how optimizers make their states, of a parameter's size.)
+  const bool arange = op == "aten::arange.start_out", fill = op == "aten::fill_.Scalar";
+  if (!arange && !fill) return false;
+  auto bucket_of = [](int64_t n) { return n > 1 && a_recent_bounded_size(n) ? bucket_for(n, std::nullopt) : 0; };
+  if (arange) {  // (start, end, step, out): exact integer positions only
+    const at::Tensor& out = args[3].toTensor();
+    const c10::Scalar start = args[0].toScalar(), end = args[1].toScalar(), step = args[2].toScalar();
+    const double a = start.toDouble(), z = end.toDouble(), h = step.toDouble();
+    if (h == 0 || a != std::floor(a) || h != std::floor(h) || std::abs(a) > 1e15 || std::abs(z) > 1e15 ||
+        std::abs(h) > 1e15 || out.device().type() != c10::DeviceType::PrivateUse1 || out.dim() > 1)
+      return false;
+    const int64_t n = static_cast<int64_t>(std::ceil((z - a) / h)), bucket = bucket_of(n);
+    if (bucket == 0) return false;
+    at::Tensor full = at::empty({bucket}, out.options());
+    {
+      in_padded_factory = true;
+      const auto reset = [](bool*) { in_padded_factory = false; };
+      std::unique_ptr<bool, decltype(reset)> guard(&in_padded_factory, reset);
+      at::arange_out(full, start, a + static_cast<double>(bucket) * h, step);
+    }
+    out.resize_({n});
+    TORCH_INTERNAL_ASSERT(whole_plain(out), "torch_tpu: arange's out= tensor is not its whole storage");
+    adopt_padded(out, full, runtime::Padding{{n}, {bucket}, {}});
+  } else {
+    const at::Tensor& self = args[0].toTensor();
+    if (!whole_plain(self) || self.dim() == 0 || self.requires_grad()) return false;  // (a parameter's init)
+    std::vector<int64_t> buckets;
+    for (int64_t size : self.sizes()) buckets.push_back(bucket_of(size));
+    if (std::all_of(buckets.begin(), buckets.end(), [](int64_t b) { return b == 0; })) return false;
+    runtime::Padding padding{self.sizes().vec(), buckets, {}};
+    at::Tensor full = at::empty(padding.padded(), self.options());
+    {
+      in_padded_factory = true;
+      const auto reset = [](bool*) { in_padded_factory = false; };
+      std::unique_ptr<bool, decltype(reset)> guard(&in_padded_factory, reset);
+      full.fill_(args[1].toScalar());
+    }
+    adopt_padded(self, full, std::move(padding));
+  }
+  Runtime::get().count("padded_factories");
+  const at::Tensor result = args[arange ? 3 : 0].toTensor();
+  torch::jit::drop(*stack, args.size());
+  stack->push_back(result);
+  return true;
+}
 
 bool upload_bounded(const at::Tensor& host, const at::Tensor& dst) {
   static const bool automatic = dynamic_setting() == "auto";

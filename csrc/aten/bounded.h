@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/stack.h>
 
 #include <optional>
 
@@ -39,6 +40,11 @@ struct PaddedRead {
 // Whether any storage of this process was ever padded (until then no op
 // looks for padded inputs).
 bool padded_storages_exist();
+// Whether padded storages are alive now (the automatic bounds of factories
+// under TORCH_TPU_DYNAMIC=marked follow them), and what keeps that count:
+// called wherever a storage's padding changes, and as it dies (reset first).
+bool padded_storages_live();
+void note_padding(DeviceStorage& s);
 // Whether t's storage is padded (t a tpu tensor).
 bool is_padded(const at::Tensor& t);
 // How `t` reads padded: its storage is padded, its dtype is the storage's,
@@ -104,6 +110,15 @@ void mark_dynamic(const at::Tensor& t, int64_t dim, std::optional<int64_t> max);
 // across such copies (the others equal) is bounded from then on, with a
 // warning once. False (nothing copied) when no dim is bounded.
 bool upload_bounded(const at::Tensor& host, const at::Tensor& dst);
+
+// Factories of a bounded size (README "Bounded dynamic shapes"):
+// arange.start_out, and a fill_ of a whole plain tensor (torch.ones and
+// full are empty + fill_), in a dim whose size is the real size of a
+// dim padded lately (arange(ids.shape[1]), a causal mask of ids' length) come
+// out padded to its bucket: the program runs at the bucket, so no program
+// per size, and the positions and masks built from them stay padded. Only
+// while padded tensors live; true when it ran the call.
+bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args, torch::jit::Stack* stack);
 
 // The real sizes of a bounded call's symbols as an int32[k] device buffer
 // (cached); a negative size -id is taken from the device size of that id

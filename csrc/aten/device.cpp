@@ -173,6 +173,8 @@ C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 void delete_storage(void* ptr) {
   auto* s = static_cast<DeviceStorage*>(ptr);
   if (Runtime::initialized()) Runtime::get().free(s->device, static_cast<int64_t>(s->nbytes) + s->padding_bytes);
+  s->padding.reset();
+  note_padding(*s);
   delete s;
 }
 
@@ -203,6 +205,7 @@ struct TpuAllocator final : c10::DeviceAllocator {
       Runtime::get().resize(d->device, s->padding_bytes - d->padding_bytes);
       d->padding = s->padding;
       d->padding_bytes = s->padding_bytes;
+      note_padding(*d);
     }
   }
 

@@ -1208,11 +1208,18 @@ bool bounded_cat(const OpPlan& plan, const std::vector<c10::IValue>& args, const
     grows |= dims.back()[dim][0].bucket != 0;
   }
   if (!grows) return false;
-  for (size_t e = 1; e < list.size(); ++e)  // the other dims alike
+  // The other dims alike: the same parts, or static in both (a view's
+  // static dim may be split in parts, [2][1], where a plain tensor has one).
+  auto is_static = [](const std::vector<Part>& parts) {
+    return std::all_of(parts.begin(), parts.end(), [](const Part& p) { return p.bucket == 0 && p.real >= 0; });
+  };
+  for (size_t e = 1; e < list.size(); ++e)
     for (int64_t d = 0; d < rank; ++d) {
       if (d == dim) continue;
       const auto &a = dims[0][d], &b = dims[e][d];
-      if (a.size() != b.size() || shapes[0][d] != shapes[e][d]) return false;
+      if (shapes[0][d] != shapes[e][d]) return false;
+      if (is_static(a) && is_static(b)) continue;
+      if (a.size() != b.size()) return false;
       for (size_t j = 0; j < a.size(); ++j)
         if (a[j].real != b[j].real || a[j].bucket != b[j].bucket) return false;
     }
@@ -1474,14 +1481,17 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   }
   auto bounded = bounded_program(key, op, plan, args, inputs, dynamic, call);
   if (bounded && in_place && (bounded->outputs.size() != 1 || [&] {
+        // Per dim, its parts (bounded?, padded size) other than static size-1 ones.
+        using Parts = std::vector<std::pair<bool, int64_t>>;
         const auto& dims = call.reads[0]->dims;
         if (bounded->outputs[0].size() != dims.size()) return true;
         for (size_t d = 0; d < dims.size(); ++d) {
-          if (bounded->outputs[0][d].size() != dims[d].size()) return true;
-          for (size_t j = 0; j < dims[d].size(); ++j)
-            if (bounded->outputs[0][d][j].second != dims[d][j].padded() ||
-                (bounded->outputs[0][d][j].first >= 0) != (dims[d][j].bucket != 0))
-              return true;
+          Parts out, self;
+          for (const auto& [symbol, padded_size] : bounded->outputs[0][d])
+            if (symbol >= 0 || padded_size != 1) out.emplace_back(symbol >= 0, padded_size);
+          for (const Part& p : dims[d])
+            if (p.bucket != 0 || p.padded() != 1) self.emplace_back(p.bucket != 0, p.padded());
+          if (out != self) return true;
         }
         return false;
       }()))
@@ -1594,6 +1604,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   resolve_generators(op.schema(), args);
   decline_complex(plan, args);
   resolve_math_views(plan, args);
+  if (padded_factory(plan.name, args, stack)) return;
   if (bounded_kernel(op, plan, args, stack)) return;
 
   std::string key;

@@ -147,7 +147,8 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (dst.device().type() == kTpu) {  // host (or another tpu) -> tpu
     at::Tensor host = src.device().type() == kTpu ? download(src) : src;
     host = host.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
-    if (src.device().type() != kTpu && upload_bounded(host, dst)) return dst;
+    // A model's parameters, copied in a burst of shapes, are not one dim that varies.
+    if (src.device().type() != kTpu && !src.requires_grad() && upload_bounded(host, dst)) return dst;
     write_dense(dst, upload(host, device_index(dst)));
     return dst;
   }

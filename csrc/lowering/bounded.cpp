@@ -231,6 +231,7 @@ BOUNDED("aten::triu", by_position(filled("aten::triu", {}, kZero), 0, last_two))
 BOUNDED("aten::tril", by_position(filled("aten::tril", {}, kZero), 0, last_two));
 BOUNDED("aten::_softmax", filled("aten::_softmax", {0}, kLowest));
 BOUNDED("aten::_log_softmax", filled("aten::_log_softmax", {0}, kLowest));
+BOUNDED("aten::_safe_softmax", filled("aten::_safe_softmax", {0}, kLowest));
 BOUNDED("aten::_softmax_backward_data", filled("aten::_softmax_backward_data", {0, 1}, kZero));
 BOUNDED("aten::_log_softmax_backward_data", filled("aten::_log_softmax_backward_data", {0}, kZero));
 BOUNDED("aten::mm", filled("aten::mm", {0, 1}, kZero));

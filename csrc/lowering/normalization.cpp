@@ -36,6 +36,22 @@ std::vector<Value> softmax(LoweringContext& c) {
   return {c.b.cast(c.b.binary(Binary::Divide, e, reduce_keep(c.b, e, {dim}, Binary::Add, 0)), c.out().dtype)};
 }
 
+// _safe_softmax(self, dim, dtype?): softmax, but a row of only -inf (a query
+// that may attend nothing, in scaled_dot_product_attention) is all 0, not NaN.
+std::vector<Value> safe_softmax(LoweringContext& c) {
+  Value x = c.b.cast(c.tensor(0), opmath_type(c.out().dtype));
+  if (x.rank() == 0) return {c.b.constant(1, c.out())};
+  const int64_t dim = normalize_dim(c.integer(1), x.rank());
+  Value shifted = c.b.binary(Binary::Subtract, x, reduce_keep(c.b, x, {dim}, Binary::Maximum, -INFINITY));
+  Value e = c.b.unary(Unary::Exp, shifted);
+  Value y = c.b.binary(Binary::Divide, e, reduce_keep(c.b, e, {dim}, Binary::Add, 0));
+  Value masked = c.b.compare(stablehlo::Compare::EQ, x, c.b.broadcast_to(c.b.scalar(-INFINITY, x.dtype()), x.shape()));
+  Value rows = reduce_keep(c.b, c.b.cast(masked, DType::Int32), {dim}, Binary::Minimum, 1);
+  Value none = c.b.compare(stablehlo::Compare::NE, c.b.broadcast_to(rows, x.shape()),
+                           c.b.constant(0, {DType::Int32, x.shape()}));
+  return {c.b.cast(c.b.select(none, c.b.constant(0, {x.dtype(), x.shape()}), y), c.out().dtype)};
+}
+
 std::vector<Value> log_softmax(LoweringContext& c) {
   Value x = c.b.cast(c.tensor(0), opmath_type(c.out().dtype));
   if (x.rank() == 0) return {c.b.constant(0, c.out())};
@@ -395,6 +411,7 @@ std::vector<Value> native_batch_norm_backward(LoweringContext& c) {
 
 LOWERING("aten::_softmax", softmax);
 LOWERING("aten::_log_softmax", log_softmax);
+LOWERING("aten::_safe_softmax", safe_softmax);
 LOWERING("aten::_softmax_backward_data", softmax_backward);
 LOWERING("aten::_log_softmax_backward_data", log_softmax_backward);
 LOWERING("aten::native_layer_norm", layer_norm);

@@ -74,6 +74,7 @@ struct DeviceStorage {
   pjrt::BufferPtr value;
   std::optional<Padding> padding;  // set: value is padded (above)
   int64_t padding_bytes = 0;       // accounted on top of nbytes while padded
+  bool counted_padded = false;     // counted among the live padded storages
 
   int64_t numel() const { return static_cast<int64_t>(nbytes / stablehlo::byte_size(dtype)); }
 };

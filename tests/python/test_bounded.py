@@ -106,6 +106,86 @@ def test_the_last_position_of_a_bounded_dim_builds_no_program_per_size():
     assert torch_tpu.metrics()["cached_programs"] - before <= 2  # the clone's and the copy's first
 
 
+def causal_block(x):
+    """Attention over x [2, n, 8] with positions and a causal mask made from x.shape[1], as models build them."""
+    n = x.shape[1]
+    pos = torch.arange(n, device=x.device)
+    mask = torch.full((n, n), float("-inf"), device=x.device).triu(1)
+    scores = x @ x.transpose(1, 2) / 3 + mask
+    return torch.softmax(scores, -1) @ x + pos[None, :, None] * 0.1 + torch.ones(n, 1, device=x.device)
+
+
+# Sizes that are not a power of two: a factory of a power-of-two size is not
+# bounded (too often a static size, such as head_dim 8), and reads exact shapes.
+UNEVEN = [3, 5, 6, 7, 9, 12, 15, 17, 20, 31]
+
+
+def test_factories_of_a_bounded_size_come_out_padded():
+    """arange, full, ones of a marked dim's real size are padded to its bucket:
+    the positions and masks built from x.shape keep the ops on the padded path."""
+    torch.manual_seed(0)
+    torch_tpu.reset_metrics()
+    for n in UNEVEN:
+        x = torch.randn(2, n, 8)
+        close(causal_block(marked(x)), causal_block(x))
+    m = torch_tpu.metrics()
+    assert exact_ops() == {}, "ops that left the padded path"
+    assert m["padded_factories"] == 3 * len(UNEVEN), m
+    for n in [10, 11, 13, 25, 30]:  # seen buckets: no program
+        x = torch.randn(2, n, 8)
+        close(causal_block(marked(x)), causal_block(x))
+    assert torch_tpu.metrics()["bucket_compiles"] == m["bucket_compiles"]
+    for n in [1, 2, 4, 8, 16, 32]:  # plain factories: exact, and right
+        x = torch.randn(2, n, 8)
+        close(causal_block(marked(x)), causal_block(x))
+
+
+FACTORIES = """
+import torch, torch_tpu
+ids = torch_tpu.mark_dynamic(torch.zeros(1, 11, dtype=torch.long, device="tpu"), 1, max=64)
+mask = torch.full((11, 11), float("-inf"), device="tpu").triu(1)
+pos, other = torch.arange(11, device="tpu"), torch.ones(1, 13, device="tpu")
+assert [torch_tpu._C._padded_shape(t) for t in (mask, pos, other)] == [[16, 16], [16], None]
+assert torch.equal(mask.cpu(), torch.full((11, 11), float("-inf")).triu(1)) and pos.tolist() == list(range(11))
+p = torch.nn.init.ones_(torch.nn.Parameter(torch.empty(11, 4, device="tpu")))  # a parameter's init: plain
+assert torch_tpu._C._padded_shape(p) is None and torch_tpu.metrics()["padded_factories"] == 2
+del ids, mask, pos
+assert torch_tpu._C._padded_shape(torch.arange(11, device="tpu")) is None  # no padded tensor lives
+print("ok")
+"""
+
+
+def test_a_factory_is_bounded_only_while_a_padded_tensor_of_its_size_lives():
+    run_with("marked", FACTORIES)
+
+
+def test_causal_attention_over_a_bounded_sequence_matches_cpu_per_bucket():
+    torch.manual_seed(0)
+    torch_tpu.reset_metrics()
+    for n in UNEVEN:
+        q, k, v = (torch.randn(1, 2, n, 8) for _ in range(3))
+        for causal in (True, False):
+            got = F.scaled_dot_product_attention(marked(q, 2), marked(k, 2), marked(v, 2), is_causal=causal)
+            close(got, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    assert exact_ops() == {}
+    before = torch_tpu.metrics()["bucket_compiles"]
+    for n in [10, 13, 25]:
+        q = torch.randn(1, 2, n, 8)
+        got = F.scaled_dot_product_attention(*(marked(q, 2),) * 3, is_causal=True)
+        close(got, F.scaled_dot_product_attention(q, q, q, is_causal=True))
+    assert torch_tpu.metrics()["bucket_compiles"] == before
+
+
+def test_safe_softmax_gives_zero_rows_for_rows_of_only_minus_infinity():
+    x = torch.randn(3, 4, 5)
+    x[1, 2] = float("-inf")
+    x[0, 1, :3] = float("-inf")
+    for dim, dtype in ((-1, None), (1, torch.float64), (0, None)):
+        close(torch.ops.aten._safe_softmax(x.to("tpu"), dim, dtype), torch.ops.aten._safe_softmax(x, dim, dtype))
+    t = marked(x, 2, 8)
+    close(torch.ops.aten._safe_softmax(t, -1), torch.ops.aten._safe_softmax(x, -1))
+
+
 class Tiny(nn.Module):
     def __init__(self, vocab=40, hidden=16):
         super().__init__()
@@ -290,6 +370,8 @@ AUTO = """
 import warnings
 import torch, torch_tpu
 torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 64), torch.nn.Linear(64, 8)).to("tpu")
+assert torch_tpu.metrics().get("dynamic_dims", 0) == 0  # parameters copied in a burst of shapes: not one varying dim
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     first = [torch.randn(13, n, dtype=torch.float64).to("tpu") for n in (5, 9, 17, 20)]

@@ -244,6 +244,27 @@ def test_generation(mode, name):
     assert graphs == ([1, 0, 0, 0] if mode == "compile" else [0, 0, 0, 0]), graphs
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_generation_over_prompt_lengths_compiles_per_bucket(mode):
+    """Prompts of many lengths, their ids marked dynamic: CPU's tokens, and a
+    length whose prompt and cache buckets were seen before compiles nothing
+    (positions, masks and the growing cache stay padded)."""
+    cpu = build("llama").eval()
+    tpu = copy.deepcopy(cpu).to("tpu")
+    gen = torch.Generator().manual_seed(3)
+    counts = []
+    with eager_mode(mode):
+        for n in (9, 10, 12, 11):  # bucket 16; the cache grows to n + 3 <= 15
+            ids = torch.randint(1, VOCAB, (1, n), generator=gen)
+            want = cpu.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **generate_kwargs(mode))
+            t = torch_tpu.mark_dynamic(ids.to("tpu"), 1, max=64)
+            before = torch_tpu.metrics().get("compiles", 0)
+            got = tpu.generate(t, attention_mask=torch.ones_like(t), do_sample=False, **generate_kwargs(mode))
+            counts.append(torch_tpu.metrics().get("compiles", 0) - before)
+            assert got.cpu().tolist() == want.tolist()
+    assert counts[-1] == 0, counts
+
+
 def test_compiled_decoding_compiles_once_per_cache_length():
     """A longer static cache (new shapes) compiles one new decode graph for all
     its tokens, and a repeated call compiles no program at all."""
