@@ -254,15 +254,16 @@ def cache_clear() -> int:
     return _C.cache_clear()
 
 
-def explain(min_compiles: int = 3) -> str:
+def explain(min_compiles: int = 3, device_trace: list | None = None) -> str:
     """A short report of the run so far, for a person: ops on the CPU fallback and
     where they were called, programs compiled `min_compiles` times or more and
     what changed, Fused flush reasons, transfers, torch.compile recompiles; a
     suggestion per finding (torch_tpu/_explain.py). `python -m torch_tpu explain
-    script.py` prints it after running a script."""
+    script.py` prints it after running a script, with the programs that took
+    the most device time."""
     from torch_tpu._explain import explain as report
 
-    return report(min_compiles)
+    return report(min_compiles, device_trace=device_trace)
 
 
 def jax_op(name: str, fn, static_argnums=()):

@@ -124,14 +124,17 @@ def run_and_explain(script: str, script_args: list) -> int:
     """Runs `script` as __main__ with its arguments, then prints the report (also when it fails)."""
     import runpy
 
+    from torch_tpu import _C
+
     sys.argv = [script, *script_args]
     code = 0
+    _C._start_trace()  # device time per program (each execution waits for its outputs)
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
-        print(torch_tpu.explain(), file=sys.stderr)
+        print(torch_tpu.explain(device_trace=_C._stop_trace()), file=sys.stderr)
     return code
 
 

@@ -32,11 +32,13 @@ def _compile_advice(change: str) -> str:
     return "the op's arguments change between calls"
 
 
-def explain(min_compiles: int = 3, top: int = 8) -> str:
+def explain(min_compiles: int = 3, top: int = 8, device_trace: list | None = None) -> str:
     """The report as text: ops on the CPU fallback with where they were called,
     programs compiled at least `min_compiles` times and what changed, Fused
     flush reasons by count, host-device transfers, torch.compile recompiles;
-    one suggestion per finding."""
+    one suggestion per finding. With `device_trace` (the runtime's trace:
+    `python -m torch_tpu explain` records one), the programs that took the most
+    device time."""
     from torch_tpu import _C
 
     m = torch_tpu.metrics()
@@ -108,6 +110,21 @@ def explain(min_compiles: int = 3, top: int = 8) -> str:
             lines.append(f"  {r.get('function') or '?'}: {r.get('reason') or '?'}")
         lines.append("    -> a changing size: torch._dynamo.mark_dynamic(t, dim) or torch.compile(dynamic=True)")
 
+    if device_trace:
+        per_family: dict[str, list] = {}
+        for name, _device, ns in device_trace:
+            entry = per_family.setdefault(name, [0, 0])
+            entry[0] += 1
+            entry[1] += ns
+        total = sum(ns for _, ns in per_family.values()) or 1
+        lines.append("")
+        lines.append(f"Device time: {total / 1e6:.1f} ms in {len(device_trace)} program runs; the most:")
+        for name, (n, ns) in sorted(per_family.items(), key=lambda x: -x[1][1])[:top]:
+            lines.append(f"  {name}: {ns / 1e6:.1f} ms ({100 * ns / total:.0f}%) in {n} runs")
+
     lines.append("")
-    lines.append(f"{findings} finding(s). Device time per program is not measured yet (torch.profiler: issue 19).")
+    lines.append(
+        f"{findings} finding(s)."
+        + ("" if device_trace else " Device time per program: python -m torch_tpu explain, or torch.profiler.")
+    )
     return "\n".join(lines)

@@ -241,6 +241,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_bare_execute_median_us", &bare_execute_median_us);
   m.def("_fallback_call_sites", &torch_tpu::aten::fallback_call_sites);
   m.def("_compile_changes", [] { return Runtime::get().compile_changes(); });
+  // Program executions with their device time (launch to outputs ready); a
+  // traced execution waits for its outputs. torch.profiler uses the same trace.
+  m.def("_start_trace", [] { Runtime::get().start_trace(); });
+  m.def("_stop_trace", [] {
+    std::vector<std::tuple<std::string, int, int64_t>> out;
+    for (const auto& e : Runtime::get().stop_trace()) out.emplace_back(e.name, e.device, e.end_ns - e.start_ns);
+    return out;
+  });
   m.def("_set_cache_only", [](bool on) { Runtime::get().set_cache_only(on); });
   m.def("_cache_only", [] { return Runtime::get().cache_only(); });
   m.def("_set_compile_fault", [](const std::string& marker) { Runtime::get().set_compile_fault(marker); });

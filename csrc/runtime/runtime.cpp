@@ -149,6 +149,14 @@ int64_t positive_env(const char* name, int64_t fallback, const std::string& unit
 
 // What a program key names before its first '|': the op ("aten::mm"), or
 // the kind of program ("view_read"; "bounded|aten::sum.dim_IntList" keeps the op).
+namespace {
+// The profiler's clock: PyTorch stamps its op events with c10::getTime(), the system clock in ns.
+int64_t clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 std::string program_family(const std::string& key) {
   size_t end = key.find('|');
   if (key.compare(0, end, "bounded") == 0 && end != std::string::npos) end = key.find('|', end + 1);
@@ -769,7 +777,10 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
   const auto exe = executable(program);
   if (check_memory) check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
+  const bool traced = tracing();
+  const int64_t started = traced ? clock_ns() : 0;
   auto outputs = exe->execute(raw, this->device(device), keep);
+  if (traced) trace_execution(program, device, started, outputs, what);
   const uint64_t launch = ++launches_;
   for (const auto& o : outputs) o->set_launch(launch);
   {
@@ -807,6 +818,46 @@ void Runtime::resolve(const pjrt::Buffer& buffer, const char* reason) {
 }
 
 std::string Runtime::python_stack() { return FusedWindow::stack(); }
+
+namespace {
+thread_local std::vector<uint64_t> correlations;
+}
+
+void Runtime::push_correlation(uint64_t id) { correlations.push_back(id); }
+void Runtime::pop_correlation() {
+  if (!correlations.empty()) correlations.pop_back();
+}
+
+void Runtime::start_trace() {
+  std::lock_guard<std::mutex> lock(trace_mutex_);
+  trace_.clear();
+  tracing_.store(true);
+}
+
+std::vector<Runtime::TraceEvent> Runtime::stop_trace() {
+  tracing_.store(false);
+  std::lock_guard<std::mutex> lock(trace_mutex_);
+  return std::move(trace_);
+}
+
+void Runtime::trace_execution(const Program& program, int device, int64_t started,
+                              const std::vector<pjrt::BufferPtr>& outputs, const char* what) {
+  TraceEvent e;
+  for (const auto& o : outputs) {
+    try {
+      o->await_ready();
+    } catch (const pjrt::Error& err) {
+      throw std::runtime_error(std::string("torch_tpu: ") + what + " failed on the device: " + err.what());
+    }
+  }
+  e.end_ns = clock_ns();
+  e.name = program_family(program.key);
+  e.device = device;
+  e.start_ns = started;
+  e.correlation = correlations.empty() ? 0 : correlations.back();
+  std::lock_guard<std::mutex> lock(trace_mutex_);
+  if (tracing_.load() && trace_.size() < (size_t{1} << 22)) trace_.push_back(std::move(e));
+}
 
 void Runtime::set_stack_provider(std::function<std::string()> provider) {
   FusedWindow::set_stack_provider(std::move(provider));

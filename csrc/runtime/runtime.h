@@ -237,6 +237,22 @@ class Runtime {
   static void set_stack_provider(std::function<std::string()> provider);
   // The calling Python frames (the user's), "" where no provider is set.
   static std::string python_stack();
+  // Program executions while a profiler traces (torch.profiler on "tpu",
+  // through Kineto: csrc/aten/profiler.cpp). A traced execution waits for its
+  // outputs, so each program's device time is its own (launch to ready);
+  // untraced, nothing is recorded or awaited.
+  struct TraceEvent {
+    std::string name;  // the program's family (its op, or "fused")
+    int device = 0;
+    int64_t start_ns = 0, end_ns = 0;  // system clock: launch, outputs ready
+    uint64_t correlation = 0;          // the profiled op that ran it (0: none)
+  };
+  void start_trace();
+  std::vector<TraceEvent> stop_trace();
+  bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
+  // The profiler's id of the op the calling thread runs (a stack: ops nest).
+  static void push_correlation(uint64_t id);
+  static void pop_correlation();
   // Per family of programs compiled more than once: what in its key changed
   // at the last compile (torch_tpu.explain's "why it recompiled").
   std::map<std::string, std::string> compile_changes();
@@ -329,6 +345,11 @@ class Runtime {
   int64_t memory_capacity(int device) const;
 
  private:
+  void trace_execution(const Program& program, int device, int64_t started, const std::vector<pjrt::BufferPtr>& outputs,
+                       const char* what);
+  std::atomic<bool> tracing_{false};
+  std::mutex trace_mutex_;
+  std::vector<TraceEvent> trace_;
   Runtime();
   // A program from the disk cache's index entry (see program()), or null.
   std::shared_ptr<Program> load_indexed(DiskCache& disk, const std::string& index_key);

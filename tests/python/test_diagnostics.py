@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from conftest import metric_delta
 
@@ -41,6 +42,7 @@ def test_explain_names_fallbacks_recompiles_and_flushes(tmp_path):
     assert "aten::special_airy_ai" in report and "user_script.py" in report and "in special" in report, report
     assert "fused: compiled 6 times" in report and "Fused windows differ" in report, report
     assert "host_read: 6" in report and ".item()" in report, report
+    assert "Device time:" in report and "  fused: " in report and "aten::special_airy_ai" in report, report
 
 
 def test_compile_counts_per_op_and_what_changed():
@@ -105,3 +107,31 @@ def test_gpu_check_dry_run_writes_a_report(tmp_path):
     assert r.returncode == 0, text
     assert "PJRT_DEVICE=CPU, dry run" in text and "9 of 9 checks passed" in text, text
     assert "doctor: exit 0" in text and "explain (what the run cost): exit 0" in text and "failed steps: 0" in text
+
+
+KINETO = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
+
+@pytest.mark.skipif(not KINETO, reason="PyTorch's PrivateUse1 profiler registry is new in torch 2.13")
+def test_torch_profiler_gives_each_op_its_device_time(tmp_path):
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 64, device="tpu")
+    (x @ x).relu().sum().item()  # compiled before the profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        for _ in range(3):
+            y = (x @ x).relu().sum()
+        y.item()
+        with torch_tpu.set_eager_mode("fused"):
+            (x * 2 + 1).sum().item()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
+    assert [e.name for e in kernels[:3]] == ["tpu: aten::mm", "tpu: aten::relu", "tpu: aten::sum"]
+    assert len([e for e in kernels if e.name == "tpu: aten::mm"]) == 3
+    assert "tpu: fused" in {e.name for e in kernels}  # a Fused window is one program
+    assert all(e.device_time_total > 0 for e in kernels)
+    ops = {e.key: e for e in prof.key_averages()}
+    assert ops["aten::mm"].self_device_time_total > 0  # the op's own row: its programs' device time
+    assert "Self TPU" in prof.key_averages().table(row_limit=5)
+    trace = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    assert '"cat": "kernel"' in trace.read_text() and "tpu: aten::mm" in trace.read_text()
