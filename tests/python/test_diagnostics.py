@@ -117,11 +117,13 @@ def test_torch_profiler_gives_each_op_its_device_time(tmp_path):
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(64, 64, device="tpu")
-    (x @ x).relu().sum().item()  # compiled before the profile
+    with torch_tpu.set_eager_mode("strict"):
+        (x @ x).relu().sum().item()  # compiled before the profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
-        for _ in range(3):
-            y = (x @ x).relu().sum()
-        y.item()
+        with torch_tpu.set_eager_mode("strict"):  # a program per op
+            for _ in range(3):
+                y = (x @ x).relu().sum()
+            y.item()
         with torch_tpu.set_eager_mode("fused"):
             (x * 2 + 1).sum().item()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
