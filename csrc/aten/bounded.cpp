@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -675,6 +674,10 @@ bool whole_plain(const at::Tensor& t) {
 }
 
 thread_local bool in_padded_factory = false;  // its own call at the bucket runs plain
+struct PlainFactoryScope {
+  PlainFactoryScope() { in_padded_factory = true; }
+  ~PlainFactoryScope() { in_padded_factory = false; }
+};
 
 }  // namespace
 
@@ -693,15 +696,13 @@ bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args,
       return false;
     const int64_t n = static_cast<int64_t>(std::ceil((z - a) / h)), bucket = bucket_of(n);
     if (bucket == 0) return false;
+    out.resize_({n});
+    if (!whole_plain(out)) return false;  // a view given as out=: the exact path writes it
     at::Tensor full = at::empty({bucket}, out.options());
     {
-      in_padded_factory = true;
-      const auto reset = [](bool*) { in_padded_factory = false; };
-      std::unique_ptr<bool, decltype(reset)> guard(&in_padded_factory, reset);
+      PlainFactoryScope plain;
       at::arange_out(full, start, a + static_cast<double>(bucket) * h, step);
     }
-    out.resize_({n});
-    TORCH_INTERNAL_ASSERT(whole_plain(out), "torch_tpu: arange's out= tensor is not its whole storage");
     adopt_padded(out, full, runtime::Padding{{n}, {bucket}, {}});
   } else {
     const at::Tensor& self = args[0].toTensor();
@@ -712,9 +713,7 @@ bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args,
     runtime::Padding padding{self.sizes().vec(), buckets, {}};
     at::Tensor full = at::empty(padding.padded(), self.options());
     {
-      in_padded_factory = true;
-      const auto reset = [](bool*) { in_padded_factory = false; };
-      std::unique_ptr<bool, decltype(reset)> guard(&in_padded_factory, reset);
+      PlainFactoryScope plain;
       full.fill_(args[1].toScalar());
     }
     adopt_padded(self, full, std::move(padding));

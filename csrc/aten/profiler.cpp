@@ -56,6 +56,10 @@ class TpuProfilerSession final : public libkineto::IActivityProfilerSession {
       kernel->device = e.device;
       kernel->resource = 0;
       if (linked && e.correlation) kernel->linked = linked(static_cast<int32_t>(e.correlation));
+      // (Quoted: addMetadata formats through fmt, whose library libtorch does not export.)
+      kernel->addMetadataQuoted("bytes in", std::to_string(e.bytes_in));
+      kernel->addMetadataQuoted("bytes out", std::to_string(e.bytes_out));
+      kernel->addMetadataQuoted("compile or load us", std::to_string(e.prepare_ns / 1000));  // ~0 when ready
       logger.handleGenericActivity(*kernel);
       buffer_->activities.push_back(std::move(kernel));  // (the logger keeps pointers: the buffer keeps them alive)
     }

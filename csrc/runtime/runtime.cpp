@@ -774,13 +774,14 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
     if (a->is_placeholder()) resolve(*a, "compiled_graph");
     raw.push_back(a->raw());
   }
+  const bool traced = tracing();
+  const int64_t prepared = traced ? clock_ns() : 0;
   const auto exe = executable(program);
   if (check_memory) check_fits(device, program.output_bytes);
   executions_.fetch_add(1, std::memory_order_relaxed);
-  const bool traced = tracing();
   const int64_t started = traced ? clock_ns() : 0;
   auto outputs = exe->execute(raw, this->device(device), keep);
-  if (traced) trace_execution(program, device, started, outputs, what);
+  if (traced) trace_execution(program, device, prepared, started, args, outputs, what);
   const uint64_t launch = ++launches_;
   for (const auto& o : outputs) o->set_launch(launch);
   {
@@ -840,9 +841,12 @@ std::vector<Runtime::TraceEvent> Runtime::stop_trace() {
   return std::move(trace_);
 }
 
-void Runtime::trace_execution(const Program& program, int device, int64_t started,
-                              const std::vector<pjrt::BufferPtr>& outputs, const char* what) {
+void Runtime::trace_execution(const Program& program, int device, int64_t prepared, int64_t started,
+                              const std::vector<pjrt::BufferPtr>& inputs, const std::vector<pjrt::BufferPtr>& outputs,
+                              const char* what) {
   TraceEvent e;
+  e.prepare_ns = started - prepared;
+  for (const auto& b : inputs) e.bytes_in += static_cast<int64_t>(b->on_device_size());
   for (const auto& o : outputs) {
     try {
       o->await_ready();
@@ -851,6 +855,7 @@ void Runtime::trace_execution(const Program& program, int device, int64_t starte
     }
   }
   e.end_ns = clock_ns();
+  for (const auto& o : outputs) e.bytes_out += static_cast<int64_t>(o->on_device_size());
   e.name = program_family(program.key);
   e.device = device;
   e.start_ns = started;

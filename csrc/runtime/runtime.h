@@ -245,7 +245,9 @@ class Runtime {
     std::string name;  // the program's family (its op, or "fused")
     int device = 0;
     int64_t start_ns = 0, end_ns = 0;  // system clock: launch, outputs ready
-    uint64_t correlation = 0;          // the profiled op that ran it (0: none)
+    int64_t prepare_ns = 0;            // before the launch: finding (compiling, loading) the executable
+    int64_t bytes_in = 0, bytes_out = 0;
+    uint64_t correlation = 0;  // the profiled op that ran it (0: none)
   };
   void start_trace();
   std::vector<TraceEvent> stop_trace();
@@ -345,7 +347,8 @@ class Runtime {
   int64_t memory_capacity(int device) const;
 
  private:
-  void trace_execution(const Program& program, int device, int64_t started, const std::vector<pjrt::BufferPtr>& outputs,
+  void trace_execution(const Program& program, int device, int64_t prepared, int64_t started,
+                       const std::vector<pjrt::BufferPtr>& inputs, const std::vector<pjrt::BufferPtr>& outputs,
                        const char* what);
   std::atomic<bool> tracing_{false};
   std::mutex trace_mutex_;

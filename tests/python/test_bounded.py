@@ -149,6 +149,9 @@ assert [torch_tpu._C._padded_shape(t) for t in (mask, pos, other)] == [[16, 16],
 assert torch.equal(mask.cpu(), torch.full((11, 11), float("-inf")).triu(1)) and pos.tolist() == list(range(11))
 p = torch.nn.init.ones_(torch.nn.Parameter(torch.empty(11, 4, device="tpu")))  # a parameter's init: plain
 assert torch_tpu._C._padded_shape(p) is None and torch_tpu.metrics()["padded_factories"] == 2
+buf = torch.zeros(20, dtype=torch.long, device="tpu")
+torch.arange(11, out=buf[:11])  # out= a view of a larger storage: written exactly
+assert buf.tolist() == list(range(11)) + [0] * 9 and torch_tpu._C._padded_shape(buf) is None
 del ids, mask, pos
 assert torch_tpu._C._padded_shape(torch.arange(11, device="tpu")) is None  # no padded tensor lives
 print("ok")

@@ -2,6 +2,7 @@
 `python -m torch_tpu explain`), per-op compile counts with what changed,
 and TORCH_TPU_DUMP_ON_MISS."""
 
+import json
 import os
 import subprocess
 import sys
@@ -136,4 +137,8 @@ def test_torch_profiler_gives_each_op_its_device_time(tmp_path):
     assert "Self TPU" in prof.key_averages().table(row_limit=5)
     trace = tmp_path / "trace.json"
     prof.export_chrome_trace(str(trace))
-    assert '"cat": "kernel"' in trace.read_text() and "tpu: aten::mm" in trace.read_text()
+    events = json.loads(trace.read_text())["traceEvents"]
+    mm = [e for e in events if e.get("cat") == "kernel" and e["name"] == "tpu: aten::mm"]
+    assert len(mm) == 3 and all(e["dur"] > 0 and int(e["args"]["bytes out"]) == 64 * 64 * 4 for e in mm), mm
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"]
+    assert ops and all(abs(k["ts"] - o["ts"]) < 1e6 for k, o in zip(mm, ops, strict=True)), (mm, ops)  # one clock (us)
