@@ -7,7 +7,7 @@ BUILD  := build/py
 DEPS   := $(VENV)/.deps-installed
 # Pinned: the CPU build of torch on this machine's disk, and the XLA CPU PJRT
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
-PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0 jax==0.10.2
+PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0 jax==0.10.2 tlparse==0.4.3
 
 .PHONY: gpu-check-dry vllm-venv test-vllm test-vllm-quick bench-vllm bench-dynamic all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
 

@@ -26,6 +26,10 @@ from torch_tpu import _C  # noqa: E402
 _C._set_search_paths([p for p in sys.path if p])
 _C._register_kernels()
 
+from torch_tpu import _trace  # noqa: E402
+
+_trace.install()  # TORCH_TRACE: programs in PyTorch's structured trace (tlparse)
+
 if torch._C._get_privateuse1_backend_name() != "tpu":
     torch.utils.rename_privateuse1_backend("tpu")
 

@@ -205,6 +205,25 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release release;
     Runtime::get().flush(reason.c_str());
   });
+  // The structured trace (torch_tpu/_trace.py): `listener(family, key, mlir,
+  // how, context, ms)` per program compiled or loaded from the disk cache.
+  m.def("_set_program_listener", [](py::object listener) {
+    if (listener.is_none()) return Runtime::set_program_listener(nullptr);
+    auto held = std::make_shared<py::object>(std::move(listener));
+    Runtime::set_program_listener([held](const Runtime::ProgramNote& n) {
+#if PY_VERSION_HEX >= 0x030D0000
+      if (Py_IsFinalizing()) return;  // (the window flushed at exit)
+#else
+      if (_Py_IsFinalizing()) return;  // (the window flushed at exit)
+#endif
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)(n.family, n.key, n.mlir, n.how, n.context, n.ms);
+      } catch (const py::error_already_set& e) {  // a trace that fails to write never fails the op
+        PyErr_WarnEx(PyExc_RuntimeWarning, (std::string("torch_tpu: structured trace: ") + e.what()).c_str(), 1);
+      }
+    });
+  });
   // TORCH_TPU_FUSED_DEBUG=1: each recorded op keeps the Python frames that called it.
   Runtime::set_stack_provider([] {
     py::gil_scoped_acquire gil;

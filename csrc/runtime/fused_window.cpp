@@ -321,6 +321,14 @@ void FusedWindow::flush_locked(const char* reason) {
     }
     // Its outputs are storages already accounted for: no second memory check.
     const auto launch = std::chrono::steady_clock::now();
+    struct ClearContext {
+      ~ClearContext() { Runtime::set_program_context({}); }
+    } clear_context;
+    if (built && Runtime::has_program_listener()) {  // what the structured trace says of the window
+      std::string context = "Fused window of " + std::to_string(ops) + " ops, flushed by " + reason + ":";
+      for (const Call& c : calls_) context += std::string(" ") + (c.what ? c.what : "?");
+      Runtime::set_program_context(std::move(context));
+    }
     results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false);
     runtime_.count(
         "fused_launch_us",

@@ -157,6 +157,20 @@ int64_t clock_ns() {
 }
 }  // namespace
 
+namespace {
+thread_local std::vector<uint64_t> correlations;
+thread_local std::string program_context;
+std::function<void(const Runtime::ProgramNote&)>& program_listener() {
+  static std::function<void(const Runtime::ProgramNote&)> listener;
+  return listener;
+}
+void tell_listener(const Program& program, const char* how, double ms) {
+  if (!program_listener()) return;
+  Runtime::ProgramNote note{program_family(program.key), program.key, program.mlir, how, program_context, ms};
+  program_listener()(note);
+}
+}  // namespace
+
 std::string program_family(const std::string& key) {
   size_t end = key.find('|');
   if (key.compare(0, end, "bounded") == 0 && end != std::string::npos) end = key.find('|', end + 1);
@@ -636,6 +650,7 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
       program.executable = client_->deserialize(*bytes);
       count("disk_cache_hits");
       count("disk_load_us", microseconds_since(load_start));
+      tell_listener(program, "disk cache hit", static_cast<double>(microseconds_since(load_start)) / 1e3);
       if (from_disk) *from_disk = true;
       mark_loaded(program, true);
       return program.executable;
@@ -659,6 +674,7 @@ std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& progra
   const int64_t compile_us = microseconds_since(compile_start);
   note_compile(program);
   count("compile_us", compile_us);
+  tell_listener(program, "compiled", static_cast<double>(compile_us) / 1e3);
   if (disk.enabled() && serializable_.load()) {
     // No exception here: one thrown at this point (a long Fused run, the
     // first program the plugin would not serialize) crashed libgcc's
@@ -820,9 +836,11 @@ void Runtime::resolve(const pjrt::Buffer& buffer, const char* reason) {
 
 std::string Runtime::python_stack() { return FusedWindow::stack(); }
 
-namespace {
-thread_local std::vector<uint64_t> correlations;
+void Runtime::set_program_listener(std::function<void(const ProgramNote&)> listener) {
+  program_listener() = std::move(listener);
 }
+void Runtime::set_program_context(std::string context) { program_context = std::move(context); }
+bool Runtime::has_program_listener() { return static_cast<bool>(program_listener()); }
 
 void Runtime::push_correlation(uint64_t id) { correlations.push_back(id); }
 void Runtime::pop_correlation() {

@@ -255,6 +255,17 @@ class Runtime {
   // The profiler's id of the op the calling thread runs (a stack: ops nest).
   static void push_correlation(uint64_t id);
   static void pop_correlation();
+  // Structured trace (TORCH_TRACE for tlparse, set up in Python): a listener
+  // told of every program compiled or loaded from the disk cache, with what
+  // it is (`context`, set by whoever launches it: a Fused window's flush
+  // reason and ops). Called with the program's compile lock held.
+  struct ProgramNote {
+    std::string family, key, mlir, how, context;  // how: "compiled" or "disk cache hit"
+    double ms = 0;
+  };
+  static void set_program_listener(std::function<void(const ProgramNote&)> listener);
+  static void set_program_context(std::string context);
+  static bool has_program_listener();
   // Per family of programs compiled more than once: what in its key changed
   // at the last compile (torch_tpu.explain's "why it recompiled").
   std::map<std::string, std::string> compile_changes();

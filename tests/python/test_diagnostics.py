@@ -142,3 +142,32 @@ def test_torch_profiler_gives_each_op_its_device_time(tmp_path):
     assert len(mm) == 3 and all(e["dur"] > 0 and int(e["args"]["bytes out"]) == 64 * 64 * 4 for e in mm), mm
     ops = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"]
     assert ops and all(abs(k["ts"] - o["ts"]) < 1e6 for k, o in zip(mm, ops, strict=True)), (mm, ops)  # one clock (us)
+
+
+_TRACED = """
+import torch, torch_tpu
+x = torch.arange(6.0).to("tpu")
+(x.exp() * 2).cpu()
+with torch_tpu.set_eager_mode("fused"):
+    (x * 3 + 1).sum().item()
+"""
+
+
+def test_structured_trace_holds_every_program_and_tlparse_renders_it(run_python, tmp_path):
+    r = run_python(
+        _TRACED, TORCH_TRACE=str(tmp_path / "trace"), TORCH_TPU_CACHE_DIR="off", TORCH_TPU_EAGER_MODE="strict"
+    )
+    assert r.returncode == 0, r.stderr
+    (log,) = (tmp_path / "trace").iterdir()
+    text = log.read_text()
+    assert "# torch_tpu program aten::exp: compiled in" in text and "strict mode" in text, text[:2000]
+    assert "#   <string>:4 in <module>" in text  # the user's line that ran it
+    assert "Fused window of 3 ops, flushed by host_read: aten::mul.Tensor aten::add.Tensor aten::sum" in text
+    assert "stablehlo.exponential" in text
+    tlparse = os.path.join(os.path.dirname(sys.executable), "tlparse")
+    out = subprocess.run(
+        [tlparse, str(log), "-o", str(tmp_path / "report"), "--no-browser"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    index = (tmp_path / "report" / "index.html").read_text()
+    assert "torch_tpu_aten__exp" in index and "torch_tpu_fused" in index
