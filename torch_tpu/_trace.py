@@ -1,5 +1,5 @@
 """The structured trace: with TORCH_TRACE=<dir> (PyTorch's switch, read by
-tlparse) every program torch_tpu compiles or loads from the disk cache is an
+tlparse; TORCH_TPU_TRACE=<dir> sets it up too) every program torch_tpu compiles or loads from the disk cache is an
 artifact in PyTorch's trace log: its family (the op, "fused" or "graph"), how
 it was obtained and in how long, the eager mode, what a Fused window holds and
 why it was flushed, the user's source lines that ran it, the program key and
@@ -36,8 +36,23 @@ def _note(family: str, key: str, mlir: str, how: str, context: str, ms: float) -
     )
 
 
+def _trace_to(directory: str) -> None:
+    """PyTorch's trace log into `directory`, as if TORCH_TRACE had been set before torch was imported."""
+    from torch._logging import _internal
+
+    os.environ["TORCH_TRACE"] = directory
+    for handler in list(_internal.trace_log.handlers):
+        if isinstance(handler, _internal.LazyTraceHandler):
+            _internal.trace_log.removeHandler(handler)
+    _internal.LOG_TRACE_HANDLER = None
+    _internal._init_logs()
+
+
 def install() -> None:
-    """Writes program entries into PyTorch's structured trace when TORCH_TRACE is set."""
+    """Writes program entries into PyTorch's structured trace when TORCH_TRACE
+    (or TORCH_TPU_TRACE, torch_tpu's name for it) is set."""
+    if os.environ.get("TORCH_TPU_TRACE") and not os.environ.get("TORCH_TRACE"):
+        _trace_to(os.environ["TORCH_TPU_TRACE"])
     if os.environ.get("TORCH_TRACE"):
         from torch_tpu import _C
 

@@ -153,10 +153,11 @@ with torch_tpu.set_eager_mode("fused"):
 """
 
 
-def test_structured_trace_holds_every_program_and_tlparse_renders_it(run_python, tmp_path):
-    r = run_python(
-        _TRACED, TORCH_TRACE=str(tmp_path / "trace"), TORCH_TPU_CACHE_DIR="off", TORCH_TPU_EAGER_MODE="strict"
-    )
+@pytest.mark.parametrize("switch", ["TORCH_TRACE", "TORCH_TPU_TRACE"])
+def test_structured_trace_holds_every_program_and_tlparse_renders_it(tmp_path, switch):
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_TPU_TRACE")}
+    env.update({switch: str(tmp_path / "trace"), "TORCH_TPU_CACHE_DIR": "off", "TORCH_TPU_EAGER_MODE": "strict"})
+    r = subprocess.run([sys.executable, "-c", _TRACED], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     (log,) = (tmp_path / "trace").iterdir()
     text = log.read_text()
