@@ -282,8 +282,7 @@ std::atomic<size_t> next_recent{0};
 void note_bounded_sizes(const runtime::Padding& p) {
   for (size_t d = 0; d < p.sizes.size(); ++d) {
     const int64_t n = p.sizes[d];
-    // (A size that fills its bucket, a power of two, is too often a static size: head_dim 8, hidden 32.)
-    if (p.buckets[d] == 0 || n <= 1 || n == p.buckets[d]) continue;
+    if (p.buckets[d] == 0 || n <= 1) continue;
     bool known = false;
     for (const auto& r : recent_sizes) known |= r.load(std::memory_order_relaxed) == n;
     if (!known) recent_sizes[next_recent.fetch_add(1, std::memory_order_relaxed) % kRecentSizes].store(n);
@@ -687,6 +686,10 @@ bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args,
   const bool arange = op == "aten::arange.start_out", fill = op == "aten::fill_.Scalar";
   if (!arange && !fill) return false;
   auto bucket_of = [](int64_t n) { return n > 1 && a_recent_bounded_size(n) ? bucket_for(n, std::nullopt) : 0; };
+  // A size that fills its bucket (a power of two) is too often a static size
+  // (ones(n, 8) beside head_dim 8): it is bounded only where every dim has it
+  // (arange(n), a causal mask ones(n, n)).
+  auto fills_bucket = [](int64_t n) { return n > 1 && bucket_for(n, std::nullopt) == n; };
   if (arange) {  // (start, end, step, out): exact integer positions only
     const at::Tensor& out = args[3].toTensor();
     const c10::Scalar start = args[0].toScalar(), end = args[1].toScalar(), step = args[2].toScalar();
@@ -708,7 +711,9 @@ bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args,
     const at::Tensor& self = args[0].toTensor();
     if (!whole_plain(self) || self.dim() == 0 || self.requires_grad()) return false;  // (a parameter's init)
     std::vector<int64_t> buckets;
-    for (int64_t size : self.sizes()) buckets.push_back(bucket_of(size));
+    const bool square =
+        std::all_of(self.sizes().begin(), self.sizes().end(), [&](int64_t size) { return size == self.size(0); });
+    for (int64_t size : self.sizes()) buckets.push_back(fills_bucket(size) && !square ? 0 : bucket_of(size));
     if (std::all_of(buckets.begin(), buckets.end(), [](int64_t b) { return b == 0; })) return false;
     runtime::Padding padding{self.sizes().vec(), buckets, {}};
     at::Tensor full = at::empty(padding.padded(), self.options());
