@@ -41,8 +41,10 @@ class TpuProfilerSession final : public libkineto::IActivityProfilerSession {
   }
   std::vector<std::string> errors() override { return {}; }
   void processTrace(libkineto::ActivityLogger& logger) override { processTrace(logger, nullptr, 0, 0); }
-  void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked, int64_t /*start*/,
-                    int64_t /*end*/) override {
+  // (No `override`, and the callback's type spelled out: an older Kineto
+  // (torch 2.11's) may lack this overload; Kineto then calls the one above.)
+  void processTrace(libkineto::ActivityLogger& logger, std::function<const libkineto::ITraceActivity*(int32_t)> linked,
+                    int64_t /*start*/, int64_t /*end*/) {
     buffer_ = std::make_unique<libkineto::CpuTraceBuffer>();
     buffer_->span = libkineto::TraceSpan(start_ns_, end_ns_, "tpu");
     buffer_->gpuOpCount = static_cast<int>(events_.size());
