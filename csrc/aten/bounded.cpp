@@ -148,6 +148,15 @@ int64_t padding_bytes_of(const DeviceStorage& s) {
          static_cast<int64_t>(stablehlo::byte_size(s.dtype));
 }
 
+// A storage that just took a padded value made on the device: its padding
+// counted in the metrics and accounted in memory.
+void account_padded_output(DeviceStorage& s) {
+  const int64_t bytes = padding_bytes_of(s);
+  Runtime::get().count("padded_elements", bytes / static_cast<int64_t>(stablehlo::byte_size(s.dtype)));
+  Runtime::get().count("bounded_real_elements", product(s.padding->sizes));
+  set_padding_bytes(s, bytes);
+}
+
 // Pads the real tensor `real` (host, contiguous) into a new value for `s`.
 void store_padded(DeviceStorage& s, const at::Tensor& real, runtime::Padding padding) {
   at::Tensor host = at::zeros(padding.padded(), real.options());
@@ -473,10 +482,7 @@ at::Tensor wrap_padded(pjrt::BufferPtr value, const PaddedDims& dims, at::Scalar
   at::Tensor t = wrap_buffer(std::move(value), sizes, dtype, device);
   DeviceStorage& s = storage_of(t);
   s.padding = std::move(padding);
-  const int64_t bytes = padding_bytes_of(s);
-  Runtime::get().count("padded_elements", bytes / static_cast<int64_t>(stablehlo::byte_size(s.dtype)));
-  Runtime::get().count("bounded_real_elements", product(s.padding->sizes));
-  set_padding_bytes(s, bytes);
+  account_padded_output(s);
   return t;
 }
 
@@ -660,10 +666,7 @@ void adopt_padded(const at::Tensor& t, const at::Tensor& full, runtime::Padding 
   s.value = std::move(value);
   s.dtype = to_dtype(full.scalar_type());
   s.padding = std::move(padding);
-  const int64_t bytes = padding_bytes_of(s);
-  Runtime::get().count("padded_elements", bytes / static_cast<int64_t>(stablehlo::byte_size(s.dtype)));
-  Runtime::get().count("bounded_real_elements", product(s.padding->sizes));
-  set_padding_bytes(s, bytes);
+  account_padded_output(s);
 }
 
 bool whole_plain(const at::Tensor& t) {

@@ -13,8 +13,6 @@
 #include <output_base.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
-#include <chrono>
-
 #include "runtime/runtime.h"
 
 namespace torch_tpu::aten {
@@ -22,21 +20,16 @@ namespace {
 
 using runtime::Runtime;
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 class TpuProfilerSession final : public libkineto::IActivityProfilerSession {
  public:
   void start() override {
-    start_ns_ = now_ns();
+    start_ns_ = Runtime::clock_ns();
     Runtime::get().start_trace();
     status_ = libkineto::TraceStatus::RECORDING;
   }
   void stop() override {
     events_ = Runtime::get().stop_trace();
-    end_ns_ = now_ns();
+    end_ns_ = Runtime::clock_ns();
     status_ = libkineto::TraceStatus::PROCESSING;
   }
   std::vector<std::string> errors() override { return {}; }

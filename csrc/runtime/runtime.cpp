@@ -149,11 +149,21 @@ int64_t positive_env(const char* name, int64_t fallback, const std::string& unit
 
 // What a program key names before its first '|': the op ("aten::mm"), or
 // the kind of program ("view_read"; "bounded|aten::sum.dim_IntList" keeps the op).
-namespace {
-// The profiler's clock: PyTorch stamps its op events with c10::getTime(), the system clock in ns.
-int64_t clock_ns() {
+int64_t Runtime::clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+namespace {
+// Waits for a launch's outputs; a device failure names the op.
+void await_outputs(const std::vector<pjrt::BufferPtr>& outputs, const char* what) {
+  for (const auto& o : outputs) {
+    try {
+      o->await_ready();
+    } catch (const pjrt::Error& e) {
+      throw std::runtime_error(std::string("torch_tpu: ") + what + " failed on the device: " + e.what());
+    }
+  }
 }
 }  // namespace
 
@@ -807,15 +817,7 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
       std::erase_if(pending, [](const Pending& p) { return p.buffer.expired(); });
     for (const auto& o : outputs) pending.push_back({o, what, launch});
   }
-  if (mode() == EagerMode::Debug) {
-    for (const auto& o : outputs) {
-      try {
-        o->await_ready();
-      } catch (const pjrt::Error& e) {
-        throw std::runtime_error(std::string("torch_tpu: ") + what + " failed on the device: " + e.what());
-      }
-    }
-  }
+  if (mode() == EagerMode::Debug) await_outputs(outputs, what);
   return outputs;
 }
 
@@ -865,13 +867,7 @@ void Runtime::trace_execution(const Program& program, int device, int64_t prepar
   TraceEvent e;
   e.prepare_ns = started - prepared;
   for (const auto& b : inputs) e.bytes_in += static_cast<int64_t>(b->on_device_size());
-  for (const auto& o : outputs) {
-    try {
-      o->await_ready();
-    } catch (const pjrt::Error& err) {
-      throw std::runtime_error(std::string("torch_tpu: ") + what + " failed on the device: " + err.what());
-    }
-  }
+  await_outputs(outputs, what);
   e.end_ns = clock_ns();
   for (const auto& o : outputs) e.bytes_out += static_cast<int64_t>(o->on_device_size());
   e.name = program_family(program.key);

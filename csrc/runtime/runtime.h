@@ -250,6 +250,8 @@ class Runtime {
     uint64_t correlation = 0;  // the profiled op that ran it (0: none)
   };
   void start_trace();
+  // The trace's clock: the system clock in ns, as PyTorch's c10::getTime() stamps op events.
+  static int64_t clock_ns();
   std::vector<TraceEvent> stop_trace();
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
   // The profiler's id of the op the calling thread runs (a stack: ops nest).
