@@ -348,6 +348,7 @@ void FusedWindow::flush_locked(const char* reason) {
     return;
   }
   for (size_t i = 0; i < live.size(); ++i) holders[i]->fill_from(*results[i]);
+  runtime_.note_launched(device_, holders, "fused window");  // results lost their handles to them
   if (!checks_.empty()) {
     std::vector<std::string> messages;
     for (Check& c : checks_) std::move(c.messages.begin(), c.messages.end(), std::back_inserter(messages));

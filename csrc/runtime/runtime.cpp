@@ -810,15 +810,17 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
   if (traced) trace_execution(program, device, prepared, started, args, outputs, what);
   const uint64_t launch = ++launches_;
   for (const auto& o : outputs) o->set_launch(launch);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto& pending = pending_[device];
-    if (pending.size() >= 4096)  // forget outputs already freed: they were awaited or dropped
-      std::erase_if(pending, [](const Pending& p) { return p.buffer.expired(); });
-    for (const auto& o : outputs) pending.push_back({o, what, launch});
-  }
+  note_launched(device, outputs, what);
   if (mode() == EagerMode::Debug) await_outputs(outputs, what);
   return outputs;
+}
+
+void Runtime::note_launched(int device, const std::vector<pjrt::BufferPtr>& outputs, const char* what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& pending = pending_[device];
+  if (pending.size() >= 4096)  // forget outputs already freed: they were awaited or dropped
+    std::erase_if(pending, [](const Pending& p) { return p.buffer.expired(); });
+  for (const auto& o : outputs) pending.push_back({o, what, o->launch()});
 }
 
 void Runtime::flush(const char* reason) { window_->flush(reason); }

@@ -227,6 +227,10 @@ class Runtime {
   // Runs the fused window, if it holds anything; `reason` is counted in the
   // metrics as fused_flush_<reason>.
   void flush(const char* reason);
+  // `outputs` of a launch on `device`, for synchronize and events to wait
+  // for. execute_now notes its own; a window notes the placeholders its
+  // results were moved into (the results themselves die at the flush).
+  void note_launched(int device, const std::vector<pjrt::BufferPtr>& outputs, const char* what);
   // `now` becomes a storage's value in place of `before`: in Fused mode, if
   // the op computing `now` fails at the flush, the storage keeps `before`.
   void replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before);

@@ -50,6 +50,23 @@ def test_events_complete_with_the_work_recorded_before_them():
         e.elapsed_time(end)
 
 
+def test_a_fused_window_is_waited_for_by_events_and_synchronize():
+    # The window's results move into the placeholders the tensors hold, and
+    # those are what synchronize and events wait for (a first version waited
+    # for the results, which die at the flush: synchronize returned at once).
+    x = torch.randn(1024, 1024, device="tpu")
+    with torch_tpu.set_eager_mode("fused"):
+        y = x
+        for _ in range(12):  # ~26 GFLOP: far longer than the record-to-query gap
+            y = torch.tanh(y @ x)
+        e = torch.tpu.Event()
+        e.record()  # flushes the window and launches it
+        assert not e.query()
+        torch.tpu.synchronize()
+        assert e.query()
+    torch.testing.assert_close(y.cpu(), y.cpu())
+
+
 def test_non_blocking_copy_to_pinned_memory_completes_with_an_event():
     x = torch.arange(1 << 16, dtype=torch.float32, device="tpu") * 3
     host = x.to("cpu", non_blocking=True)  # started, not awaited, as CUDA does into pinned memory
