@@ -118,7 +118,9 @@ def mark_step() -> None:
 def _flush_after_optimizer_step(optimizer, args, kwargs) -> None:
     # A training step ends here: flushing aligns fused windows with steps, so
     # a steady loop runs the same windows (and compiles nothing) every step.
-    if not _C._initialized() or _C.get_eager_mode() != "fused":
+    # Inside a graph Dynamo traces there is no window, and a call into _C
+    # would break the graph (the update would compile as pieces).
+    if torch.compiler.is_compiling() or not _C._initialized() or _C.get_eager_mode() != "fused":
         return
     for group in optimizer.param_groups:
         for p in group["params"]:

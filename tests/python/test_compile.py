@@ -426,6 +426,24 @@ def test_compiled_optimizer_step_donates_overwritten_inputs():
         torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_compiled_optimizer_step_traces_fused_modes_hook_without_a_warning():
+    # Fused mode hooks every optimizer step (a flush at its end); Dynamo traces
+    # that hook at the end of a compiled step, where it returns at once (a
+    # call into _C there made Dynamo warn that it cannot trace it).
+    model = nn.Linear(8, 8).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    with torch_tpu.set_eager_mode("fused"):
+        model(torch.randn(2, 8, device="tpu")).sum().backward()
+        opt.step()  # Fused mode's hook is registered from now on
+    model(torch.randn(2, 8, device="tpu")).sum().backward()
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        explained = torch._dynamo.explain(opt.step)()
+    assert not [w for w in seen if "does not know how to trace" in str(w.message)]
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+
+
 def test_an_input_whose_buffer_is_shared_is_not_donated():
     # Two tensors whose storages hold one buffer (a graph returning one value twice):
     # overwriting one in a graph must leave the other as it was (XLA copies instead).
