@@ -1440,9 +1440,17 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
     key += "P" + stablehlo::mlir_name(to_dtype(t.scalar_type())) + "[" + dims_key(read->stored) + "/" +
            dims_key(read->memory_dims) + "]{";
     for (const auto& parts : read->dims) {
-      for (const Part& p : parts)
-        key += p.bucket ? "s" + std::to_string(call.symbol(p)) + "/" + std::to_string(p.bucket) + "*"
-                        : std::to_string(p.real) + "*";
+      for (const Part& p : parts) {
+        if (p.bucket) {
+          key += 's';
+          key += std::to_string(call.symbol(p));
+          key += '/';
+          key += std::to_string(p.bucket);
+        } else {
+          key += std::to_string(p.real);
+        }
+        key += '*';
+      }
       key += ",";
     }
     key += "};";
@@ -1585,146 +1593,205 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   return true;
 }
 
-void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  OpPlan& plan = plan_for(op);
-  const size_t n = op.schema().arguments().size();
-  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The general kernel's phases, in order: prepare the arguments, describe the
+// call (its program key and inputs), the program (cached or built), launch,
+// bind the results to the op's returns and written arguments.
+
+// Arguments as the rules see them: index lists made explicit, generators and
+// math views resolved. True when a path of its own (a masked fill, a deferred
+// mask index, a padded factory, a bounded op) already ran the op.
+bool prepare_arguments(const c10::OperatorHandle& op, OpPlan& plan, std::vector<c10::IValue>& args,
+                       torch::jit::Stack* stack) {
   optional_tensor_lists(op.schema(), args, stack);
   uint8_all_any(plan, args, stack);
   check_index_dtypes(args);
-  if (index_put_as_masked_fill(plan, args, stack)) return;
+  if (index_put_as_masked_fill(plan, args, stack)) return true;
   if (plan.index && args[1].isOptionalTensorList())
     if (auto result = deferred_mask_index(args[0].toTensor(), args[1].toOptionalTensorList())) {
-      torch::jit::drop(*stack, n);
+      torch::jit::drop(*stack, args.size());
       stack->push_back(std::move(*result));
-      return;
+      return true;
     }
   expand_index_masks(args, stack);
   check_index_shapes(plan, args);
   resolve_generators(op.schema(), args);
   decline_complex(plan, args);
   resolve_math_views(plan, args);
-  if (padded_factory(plan.name, args, stack)) return;
-  if (bounded_kernel(op, plan, args, stack)) return;
+  return padded_factory(plan.name, args, stack) || bounded_kernel(op, plan, args, stack);
+}
 
+// What the program cache is asked for: the key (op, input dtypes and shapes,
+// static arguments), the program's inputs in order, the device, and which
+// Scalars are runtime inputs.
+struct CallDescription {
   std::string key;
-  key.reserve(128);
-  key += plan.name;
-  key += '|';
   std::vector<Input> inputs;
   std::optional<c10::Device> device;
-  std::vector<bool> dynamic(n, false);
+  std::vector<bool> dynamic;
+  int device_index() const { return device->index() < 0 ? 0 : device->index(); }
+};
+
+CallDescription describe_call(OpPlan& plan, std::vector<c10::IValue>& args) {
+  const size_t n = args.size();
+  CallDescription call;
+  call.key.reserve(128);
+  call.key += plan.name;
+  call.key += '|';
+  call.dynamic.assign(n, false);
   for (size_t i = 0; i < n; ++i) {
-    dynamic[i] = scalar_use(plan, i, args[i]) == ScalarUse::Dynamic;
-    if (dynamic[i])
-      describe_dynamic(args[i], key, inputs);
+    call.dynamic[i] = scalar_use(plan, i, args[i]) == ScalarUse::Dynamic;
+    if (call.dynamic[i])
+      describe_dynamic(args[i], call.key, call.inputs);
     else
-      describe(args[i], plan.is_out[i], plan.name, key, inputs, device);
+      describe(args[i], plan.is_out[i], plan.name, call.key, call.inputs, call.device);
   }
   if (plan.overwritten >= 0) {
-    key += '[';
-    append_dims(key, args[plan.overwritten].toTensor().sizes());
-    key += ']';
+    call.key += '[';
+    append_dims(call.key, args[plan.overwritten].toTensor().sizes());
+    call.key += ']';
   }
-  TORCH_CHECK(device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
-  narrow_double_scalars(args, inputs);
+  TORCH_CHECK(call.device, "torch_tpu: ", plan.name, " was dispatched to tpu without a tpu tensor argument");
+  narrow_double_scalars(args, call.inputs);
+  return call;
+}
 
-  // Destination dtypes of the written arguments decide the program's output types.
+// The arguments the op writes: the dtypes of those it returns (they decide
+// the program's output types) and those it does not return, lists flattened.
+struct Writes {
   std::vector<at::ScalarType> dest_dtypes;
+  std::vector<at::Tensor> mutated;
+};
+
+Writes writes_of(const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  Writes w;
   for (int alias : plan.return_alias)
-    if (alias >= 0) dest_dtypes.push_back(args[alias].toTensor().scalar_type());
-  std::vector<at::Tensor> mutated;  // written arguments that are not returned, lists flattened
+    if (alias >= 0) w.dest_dtypes.push_back(args[alias].toTensor().scalar_type());
   for (int i : plan.mutated) {
-    if (args[i].isTensor() && args[i].toTensor().defined()) mutated.push_back(args[i].toTensor());
+    if (args[i].isTensor() && args[i].toTensor().defined()) w.mutated.push_back(args[i].toTensor());
     if (args[i].isTensorList())
-      for (const at::Tensor& t : args[i].toTensorVector()) mutated.push_back(t);
+      for (const at::Tensor& t : args[i].toTensorVector()) w.mutated.push_back(t);
   }
+  return w;
+}
 
-  if (plan.writes_from_functional && mutated.size() > 1) {
-    // One program reads every element before any is written; elements that
-    // overlap need the per-tensor order: one program per element then.
-    std::vector<const void*> storages;
-    for (const at::Tensor& t : mutated) storages.push_back(t.storage().unsafeGetStorageImpl());
-    std::sort(storages.begin(), storages.end());
-    if (std::adjacent_find(storages.begin(), storages.end()) != storages.end()) {
-      for (size_t k = 0; k < mutated.size(); ++k) {  // one element at a time, in order
-        torch::jit::Stack one;
-        for (const auto& v : args) {
-          if (v.isTensorList()) {
-            one.push_back(std::vector<at::Tensor>{v.toTensorVector().at(k)});
-          } else if (v.isList() && v.toListRef().size() == mutated.size()) {
-            c10::impl::GenericList element(v.toList().elementType());
-            element.push_back(v.toListRef()[k]);
-            one.push_back(std::move(element));
-          } else {
-            one.push_back(v);
-          }
-        }
-        lowered_kernel(op, &one);
+// One program reads every element of a written list before any is written;
+// elements that share a storage need the per-tensor order: then the op runs
+// one element at a time (true).
+bool run_overlapping_writes_in_order(const c10::OperatorHandle& op, const OpPlan& plan,
+                                     const std::vector<c10::IValue>& args, const std::vector<at::Tensor>& mutated,
+                                     torch::jit::Stack* stack) {
+  if (!plan.writes_from_functional || mutated.size() < 2) return false;
+  std::vector<const void*> storages;
+  for (const at::Tensor& t : mutated) storages.push_back(t.storage().unsafeGetStorageImpl());
+  std::sort(storages.begin(), storages.end());
+  if (std::adjacent_find(storages.begin(), storages.end()) == storages.end()) return false;
+  for (size_t k = 0; k < mutated.size(); ++k) {
+    torch::jit::Stack one;
+    for (const auto& v : args) {
+      if (v.isTensorList()) {
+        one.push_back(std::vector<at::Tensor>{v.toTensorVector().at(k)});
+      } else if (v.isList() && v.toListRef().size() == mutated.size()) {
+        c10::impl::GenericList element(v.toList().elementType());
+        element.push_back(v.toListRef()[k]);
+        one.push_back(std::move(element));
+      } else {
+        one.push_back(v);
       }
-      torch::jit::drop(*stack, n);
-      return;
     }
+    lowered_kernel(op, &one);
   }
+  torch::jit::drop(*stack, args.size());
+  return true;
+}
 
-  check_writes(plan, args, mutated);
-  if (needs_value_check(args, dynamic)) check_like_cpu(op, args, plan.pointwise);
-
-  runtime::ProgramPtr program;
+// The program for this call, built on the first call of its key. Null when
+// the rule asked for a Scalar's value at compile time: that Scalar is part of
+// the key from now on, and the caller describes the call again.
+runtime::ProgramPtr program_for(const c10::OperatorHandle& op, OpPlan& plan, const std::vector<c10::IValue>& args,
+                                const CallDescription& call, const Writes& writes) {
   try {
-    program = Runtime::get().program(
-        key, [&] { return build_program(op, plan, args, inputs, dynamic, mutated, dest_dtypes); });
+    return Runtime::get().program(call.key, [&] {
+      return build_program(op, plan, args, call.inputs, call.dynamic, writes.mutated, writes.dest_dtypes);
+    });
   } catch (const lowering::NeedsStaticScalar& e) {
-    // The rule needs this Scalar's value at compile time: key on it from now on.
-    {
-      std::lock_guard<std::mutex> lock(scalar_mutex);
-      plan.scalar_use.at(e.arg) = ScalarUse::Static;
-    }
-    return lowered_kernel(op, stack);
+    std::lock_guard<std::mutex> lock(scalar_mutex);
+    plan.scalar_use.at(e.arg) = ScalarUse::Static;
+    return nullptr;
   }
-  if (plan.pointwise) check_written_shapes(plan, args, *program);
+}
 
+// The input buffers (host Scalars uploaded, views read through their
+// storage), the launch, and the program's device checks taken off its outputs.
+std::vector<pjrt::BufferPtr> launch_call(const runtime::ProgramPtr& program, const OpPlan& plan,
+                                         const CallDescription& call) {
+  const int dev = call.device_index();
   std::vector<pjrt::BufferPtr> buffers;
-  buffers.reserve(inputs.size());
-  const int dev = device->index() < 0 ? 0 : device->index();
-  for (const auto& in : inputs)
+  buffers.reserve(call.inputs.size());
+  for (const auto& in : call.inputs)
     buffers.push_back(in.on_host ? upload(in.tensor.contiguous(), dev) : read_dense(in.tensor));
-  auto& runtime = Runtime::get();
-  std::vector<pjrt::BufferPtr> results = launch(program, buffers, dev, plan, inputs);
+  std::vector<pjrt::BufferPtr> results = launch(program, buffers, dev, plan, call.inputs);
   take_checks(*program, results);
+  auto& runtime = Runtime::get();
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan())
-    check_finite(plan.name, inputs, program->outputs, results, dev);
+    check_finite(plan.name, call.inputs, program->outputs, results, dev);
+  return results;
+}
 
-  torch::jit::drop(*stack, n);
+// The results become the op's returns (new tensors, or the out=/in-place
+// destination they alias) and the new values of the arguments it writes.
+void bind_results(const OpPlan& plan, const std::vector<c10::IValue>& args, const runtime::Program& program,
+                  std::vector<pjrt::BufferPtr>& results, const std::vector<at::Tensor>& mutated, int dev,
+                  torch::jit::Stack* stack) {
   const size_t n_returns = results.size() - mutated.size();
   for (size_t j = 0; j < mutated.size(); ++j) write_dense(mutated[j], results[n_returns + j]);
+  auto wrap = [&](size_t k) {
+    const TensorType& type = program.outputs[k];
+    return wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev, layout_of(program, k));
+  };
   if (plan.returns_list) {
     std::vector<at::Tensor> list;
-    for (size_t k = 0; k < n_returns; ++k) {
-      const TensorType& type = program->outputs[k];
-      list.push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev, layout_of(*program, k)));
-    }
+    for (size_t k = 0; k < n_returns; ++k) list.push_back(wrap(k));
     stack->push_back(std::move(list));
     return;
   }
   for (size_t k = 0; k < n_returns; ++k) {
-    const TensorType& type = program->outputs[k];
+    const TensorType& type = program.outputs[k];
     int alias = k < plan.return_alias.size() ? plan.return_alias[k] : -1;
     if (is_undefined_output(type)) {
       stack->push_back(at::Tensor());
     } else if (alias < 0) {
-      stack->push_back(wrap_buffer(results[k], type.shape, to_scalar_type(type.dtype), dev, layout_of(*program, k)));
+      stack->push_back(wrap(k));
     } else {
       const at::Tensor& dst = args[alias].toTensor();
       if (plan.is_out[alias] && dst.sizes() != at::IntArrayRef(type.shape)) {
         dst.resize_(type.shape);  // then laid out as TensorIterator lays out a resized output
-        if (auto layout = layout_of(*program, k); !layout.empty())
+        if (auto layout = layout_of(program, k); !layout.empty())
           dst.unsafeGetTensorImpl()->set_sizes_and_strides(type.shape, layout);
       }
       write_dense(dst, results[k]);
       stack->push_back(dst);
     }
   }
+}
+
+void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpPlan& plan = plan_for(op);
+  const size_t n = op.schema().arguments().size();
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  if (prepare_arguments(op, plan, args, stack)) return;
+  const CallDescription call = describe_call(plan, args);
+  const Writes writes = writes_of(plan, args);
+  if (run_overlapping_writes_in_order(op, plan, args, writes.mutated, stack)) return;
+  check_writes(plan, args, writes.mutated);
+  if (needs_value_check(args, call.dynamic)) check_like_cpu(op, args, plan.pointwise);
+  const runtime::ProgramPtr program = program_for(op, plan, args, call, writes);
+  if (!program) return lowered_kernel(op, stack);
+  if (plan.pointwise) check_written_shapes(plan, args, *program);
+  std::vector<pjrt::BufferPtr> results = launch_call(program, plan, call);
+  torch::jit::drop(*stack, n);
+  bind_results(plan, args, *program, results, writes.mutated, call.device_index(), stack);
 }
 
 // The op's tensor inputs as "(float32[2, 3], int64[4])", for error messages.
