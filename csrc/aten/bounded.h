@@ -89,6 +89,13 @@ void learn_sizes(DeviceStorage& s);
 // Fused mode, or not such a call; the general path then runs it).
 std::optional<at::Tensor> deferred_mask_index(const at::Tensor& self,
                                               const c10::List<std::optional<at::Tensor>>& indices);
+// x[mask] = values (index_put_ with a bool mask over x's leading dims) in
+// Fused mode without reading the mask's count: values that broadcast to one
+// selected row are a where(); values with a row per selected row are
+// scattered in order (masked_scatter_), and a device check says whether the
+// mask selected that many. False: not such a call (values deferred too: their
+// sizes were read by PyTorch's indexing before this op anyway).
+bool deferred_mask_put(const std::string& op, const std::vector<c10::IValue>& args, torch::jit::Stack* stack);
 // `full` (a contiguous tpu tensor at its bucket sizes) as a tensor of `real`
 // sizes padded in `bounded` dims: no copy, no program.
 at::Tensor as_padded(const at::Tensor& full, at::IntArrayRef real, at::IntArrayRef bounded);

@@ -408,6 +408,52 @@ std::optional<at::Tensor> deferred_mask_index(const at::Tensor& self,
                          });
 }
 
+bool deferred_mask_put(const std::string& op, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  if (!defer_data_dependent_sizes() || args.size() < 4 || args[3].toBool() || !args[2].isTensor()) return false;
+  const auto indices = args[1].toOptionalTensorList();
+  if (indices.size() != 1) return false;
+  const std::optional<at::Tensor> mask = indices.get(0);
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& values = args[2].toTensor();
+  if (!mask || !mask->defined() || mask->scalar_type() != at::kBool || mask->device() != self.device() ||
+      values.device() != self.device() || values.scalar_type() != self.scalar_type() || mask->dim() == 0 ||
+      mask->dim() > self.dim() || mask->numel() == 0 || deferred(self) || deferred(*mask) || deferred(values))
+    return false;
+  if (mask->sizes() != self.sizes().slice(0, static_cast<size_t>(mask->dim()))) return false;  // the exact path raises
+  // Each selected row is self[mask.dim():]-shaped: values broadcast to it,
+  // with one more leading dim when they give a row per selected row.
+  const auto rest = self.sizes().slice(static_cast<size_t>(mask->dim()));
+  const int64_t extra = values.dim() - static_cast<int64_t>(rest.size());
+  if (extra > 1) return false;
+  for (int64_t d = std::max<int64_t>(extra, 0); d < values.dim(); ++d) {
+    const int64_t r = rest[static_cast<size_t>(d - extra)];
+    if (values.size(d) != r && values.size(d) != 1) return false;
+  }
+  std::vector<int64_t> mask_shape = mask->sizes().vec();
+  mask_shape.resize(static_cast<size_t>(self.dim()), 1);
+  const at::Tensor where = mask->view(mask_shape);
+  at::Tensor target = op == "aten::index_put" ? self.clone(at::MemoryFormat::Preserve) : self;
+  if (extra < 1 || values.size(0) == 1) {  // the same row for every selected row
+    target.copy_(at::where(where, extra == 1 ? values.squeeze(0) : values, target));
+  } else {  // row i of values into the i-th selected row: their count must be values' rows
+    const int64_t rows = values.size(0);
+    std::vector<int64_t> full{rows};
+    full.insert(full.end(), rest.begin(), rest.end());
+    const at::Tensor ok = at::eq(mask->sum(), rows).reshape({1});
+    std::string result = "[n";
+    for (int64_t r : rest) result += ", " + std::to_string(r);
+    Runtime::get().defer_check(
+        read_dense(ok), {std::string(runtime::kRuntimeErrorCheck) + "shape mismatch: value tensor of shape " +
+                         c10::str(values.sizes()) + " cannot be broadcast to indexing result of shape " + result +
+                         "]: the mask selects n != " + std::to_string(rows) + " rows (" + op +
+                         ", counted on the device in Fused mode)"});
+    target.masked_scatter_(where.expand(self.sizes()), values.expand(full).contiguous());
+  }
+  torch::jit::drop(*stack, args.size());
+  stack->push_back(target);
+  return true;
+}
+
 // equal(self, other): equal sizes and every element equal (a NaN never is),
 // dtypes promoted as eq does: one reduction on the device, then one sync.
 bool equal(const at::Tensor& self, const at::Tensor& other) {

@@ -1608,6 +1608,7 @@ bool prepare_arguments(const c10::OperatorHandle& op, OpPlan& plan, std::vector<
   uint8_all_any(plan, args, stack);
   check_index_dtypes(args);
   if (index_put_as_masked_fill(plan, args, stack)) return true;
+  if (plan.index_put && deferred_mask_put(plan.name, args, stack)) return true;
   if (plan.index && args[1].isOptionalTensorList())
     if (auto result = deferred_mask_index(args[0].toTensor(), args[1].toOptionalTensorList())) {
       torch::jit::drop(*stack, args.size());

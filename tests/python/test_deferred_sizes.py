@@ -168,6 +168,49 @@ def test_masked_assignment_with_a_device_value_needs_no_count():
     assert_same(ti, ref_i)
 
 
+def masked_assignments(x, mask, rows, row, column):
+    """x[mask] = values of every shape index_put_ broadcasts: one row for all
+    selected rows, a row per selected row, a column per selected row; and the
+    functional index_put."""
+    a, b, c = x.clone(), x.clone(), x.clone()
+    a[mask] = row  # [4]: the same row everywhere
+    b[mask] = rows  # [count, 4]
+    c[mask] = column  # [count, 1]
+    d = x.index_put((mask,), row.unsqueeze(0))  # [1, 4]
+    return a, b, c, d
+
+
+def test_masked_assignment_of_a_tensor_needs_no_count(fused):
+    torch.manual_seed(0)
+    x, mask = torch.randn(8, 4), torch.rand(8) > 0.5
+    count = int(mask.sum())
+    out, ref, before = window_of(
+        masked_assignments,
+        x,
+        mask,
+        torch.randn(count, 4),
+        torch.randn(4),
+        torch.randn(count, 1),
+    )
+    assert delta(before, "fused_flushes") == 1  # the mark_step: no count was read
+    assert delta(before, "fused_flush_size_read") == 0 and delta(before, "fused_flush_data_dependent") == 0
+    for a, b in zip(out, ref, strict=True):
+        assert_same(a, b)
+
+
+def test_masked_assignment_of_the_wrong_number_of_rows_raises_at_the_sync(fused):
+    x, mask = torch.zeros(6, 3), torch.arange(6) % 2 == 0  # 3 rows selected
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        x[mask] = torch.ones(2, 3)  # CPU raises at once
+    t = x.to("tpu")
+    t[mask.to("tpu")] = torch.ones(2, 3, device="tpu")  # the count is on the device: raised at the sync
+    with pytest.raises(RuntimeError, match=r"value tensor of shape \[2, 3\] .*selects n != 2 rows"):
+        torch.tpu.synchronize()
+    t = x.to("tpu")  # the process goes on
+    t[mask.to("tpu")] = torch.ones(3, 3, device="tpu")
+    assert t.sum().item() == 9
+
+
 @pytest.mark.parametrize("consecutive", [False, True])
 def test_unique_keeps_its_count_on_the_device(fused, consecutive):
     x = torch.randint(0, 6, (30,))
