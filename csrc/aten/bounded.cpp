@@ -683,11 +683,16 @@ struct PlainFactoryScope {
 
 }  // namespace
 
-bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
-  if (in_padded_factory || !padded_storages_live() || !dynamic_shapes_enabled()) return false;
+Factory factory_kind(const std::string& op) {
   // (Not zero_: zeros_like(p) is how optimizers make their states, of a parameter's size.)
-  const bool arange = op == "aten::arange.start_out", fill = op == "aten::fill_.Scalar";
-  if (!arange && !fill) return false;
+  if (op == "aten::arange.start_out") return Factory::Arange;
+  if (op == "aten::fill_.Scalar") return Factory::Fill;
+  return Factory::None;
+}
+
+bool padded_factory(Factory kind, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  if (kind == Factory::None || in_padded_factory || !padded_storages_live() || !dynamic_shapes_enabled()) return false;
+  const bool arange = kind == Factory::Arange;
   auto bucket_of = [](int64_t n) { return n > 1 && a_recent_bounded_size(n) ? bucket_for(n, std::nullopt) : 0; };
   // A size that fills its bucket (a power of two) is too often a static size
   // (ones(n, 8) beside head_dim 8): it is bounded only where every dim has it

@@ -125,7 +125,9 @@ bool upload_bounded(const at::Tensor& host, const at::Tensor& dst);
 // out padded to its bucket: the program runs at the bucket, so no program
 // per size, and the positions and masks built from them stay padded. Only
 // while padded tensors live; true when it ran the call.
-bool padded_factory(const std::string& op, const std::vector<c10::IValue>& args, torch::jit::Stack* stack);
+enum class Factory : uint8_t { None, Arange, Fill };
+Factory factory_kind(const std::string& op);  // looked up once per op (its plan)
+bool padded_factory(Factory kind, const std::vector<c10::IValue>& args, torch::jit::Stack* stack);
 
 // The real sizes of a bounded call's symbols as an int32[k] device buffer
 // (cached); a negative size -id is taken from the device size of that id

@@ -70,6 +70,7 @@ struct OpPlan {
   bool all_any = false;                     // aten::all / aten::any overloads: a uint8 out= converts the input first
   bool index_put = false;                   // index_put, index_put_, _index_put_impl_ (a mask may make it masked_fill_)
   bool index = false;                       // index.Tensor (x[mask] may keep its count on the device)
+  Factory factory = Factory::None;          // arange / fill_: may come out padded (padded_factory)
 };
 
 std::mutex scalar_mutex;
@@ -194,6 +195,7 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
   plan.index_put =
       s.name() == "aten::index_put_" || s.name() == "aten::index_put" || s.name() == "aten::_index_put_impl_";
   plan.index = plan.name == "aten::index.Tensor";
+  plan.factory = factory_kind(plan.name);
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
   // arange's Scalars decide its output shape, and pow's exponent its kernel
   // (x ** 2 is x * x, an int ** -1 raises, as on CPU): they stay in the key.
@@ -1620,7 +1622,7 @@ bool prepare_arguments(const c10::OperatorHandle& op, OpPlan& plan, std::vector<
   resolve_generators(op.schema(), args);
   decline_complex(plan, args);
   resolve_math_views(plan, args);
-  return padded_factory(plan.name, args, stack) || bounded_kernel(op, plan, args, stack);
+  return padded_factory(plan.factory, args, stack) || bounded_kernel(op, plan, args, stack);
 }
 
 // What the program cache is asked for: the key (op, input dtypes and shapes,
