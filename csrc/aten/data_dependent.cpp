@@ -252,12 +252,13 @@ Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op, bool 
 }
 
 // The unique rows of `rows` ([m, k], m > 0) as a flat [count * k] tensor,
-// the inverse [m] and the counts [count]. `elements` (unique of elements, in
-// Fused mode): deferred, values and counts padded to m, the count on the device.
+// the inverse [m] and the counts [count]. In Fused mode (defer_data_dependent_sizes):
+// deferred, values [count] (k == 1) or [count, k] and counts padded to m,
+// the count on the device.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Tensor& rows, bool sort,
-                                                                    const UniqueOp& op, bool elements = false) {
+                                                                    const UniqueOp& op) {
   const int64_t m = rows.size(0), k = rows.size(1);
-  const bool defer = elements && k == 1 && defer_data_dependent_sizes();
+  const bool defer = defer_data_dependent_sizes();
   Grouped g = group_equal(rows, sort, op, defer);
   const int64_t count = g.count;
   const int dev = device_index(rows);
@@ -299,7 +300,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Te
     auto size = device_size(g.groups);
     Runtime::get().count("deferred_counts");
     const PaddedDims dims{{Part{-size->id, m}}};
-    return {wrap_padded(out[0], dims, rows.scalar_type(), dev, {size}), wrap_buffer(out[1], {m}, at::kLong, dev),
+    PaddedDims value_dims = dims;
+    if (k > 1) value_dims.push_back({Part{k, 0}});
+    return {wrap_padded(out[0], value_dims, rows.scalar_type(), dev, {size}), wrap_buffer(out[1], {m}, at::kLong, dev),
             wrap_padded(out[2], dims, at::kLong, dev, {size}), -1};
   }
   return {wrap_buffer(out[0], {count * k}, rows.scalar_type(), dev), wrap_buffer(out[1], {m}, at::kLong, dev),
@@ -313,7 +316,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_flat(const at::Tensor& sel
     return {at::empty({0}, self.options()),
             at::empty(return_inverse ? self.sizes() : at::IntArrayRef{0}, index_options),
             at::empty({0}, index_options)};
-  auto [values, inverse, counts, count] = unique_rows(self.reshape({self.numel(), 1}), sort, op, /*elements=*/true);
+  auto [values, inverse, counts, count] = unique_rows(self.reshape({self.numel(), 1}), sort, op);
   return {values, return_inverse ? inverse.view(self.sizes()) : at::empty({0}, index_options),
           return_counts ? counts : at::empty({0}, index_options)};
 }
@@ -328,6 +331,36 @@ bool unique_dim_fits(const at::Tensor& self, int64_t dim) {
   return self.numel() > 0 && self.numel() / self.size(c10::maybe_wrap_dim(dim, self.dim())) <= kMaxRowLength;
 }
 
+// A deferred [count, k] of unique rows as the deferred unique along `dim`:
+// each row `row_shape`, the count's dim moved to `dim` (a transpose on the
+// device at the padded size: reading the sizes would wait for the count).
+at::Tensor deferred_rows_at(const at::Tensor& rows, const std::vector<int64_t>& row_shape, int64_t dim) {
+  const auto read = padded_read(rows);
+  TORCH_INTERNAL_ASSERT(read && read->dims.size() <= 2 && read->dims[0].size() == 1);
+  const Part count = read->dims[0][0];
+  const int64_t m = count.padded(), k = read->dims.size() == 2 ? read->dims[1][0].real : 1;
+  std::vector<int64_t> padded{m}, order;
+  padded.insert(padded.end(), row_shape.begin(), row_shape.end());
+  for (int64_t d = 1; d <= dim; ++d) order.push_back(d);
+  order.push_back(0);
+  for (int64_t d = dim + 1; d < static_cast<int64_t>(padded.size()); ++d) order.push_back(d);
+  pjrt::BufferPtr value = read->value;
+  if (dim > 0) {
+    const TensorType flat{to_dtype(rows.scalar_type()), {m * k}};
+    auto program = Runtime::get().program(
+        "unique_rows_at|" + flat.str() + "|" + dims_key(padded) + "|" + std::to_string(dim), [&] {
+          Builder b;
+          Value x = b.reshape(b.parameter(flat), padded);
+          Value out = b.reshape(b.transpose(x, order), {m * k});
+          return std::make_pair(b.module({out}), std::vector<TensorType>{flat});
+        });
+    value = Runtime::get().execute(program, {value}, device_index(rows), "aten::unique_dim (rows at dim)")[0];
+  }
+  PaddedDims dims;
+  for (int64_t d : order) dims.push_back({d == 0 ? count : Part{padded[static_cast<size_t>(d)], 0}});
+  return wrap_padded(value, dims, rows.scalar_type(), device_index(rows), read->unknown);
+}
+
 // unique along `dim`: rows are the slices self.select(dim, i), compared whole.
 void unique_dim_on_device(const at::Tensor& self, int64_t dim, bool sort, bool return_inverse, bool return_counts,
                           const UniqueOp& op, torch::jit::Stack* stack) {
@@ -336,11 +369,15 @@ void unique_dim_on_device(const at::Tensor& self, int64_t dim, bool sort, bool r
   at::Tensor rows = self.movedim(dim, 0).contiguous();
   std::vector<int64_t> row_shape(rows.sizes().begin() + 1, rows.sizes().end());
   auto [values, inverse, counts, count] = unique_rows(rows.reshape({m, -1}), sort, op);
-  std::vector<int64_t> value_shape{count};
-  value_shape.insert(value_shape.end(), row_shape.begin(), row_shape.end());
   auto index_options = self.options().dtype(at::kLong);
-  torch::jit::push(*stack, values.view(value_shape).movedim(0, dim),
-                   return_inverse ? inverse : at::empty({0}, index_options),
+  if (count < 0) {  // deferred: the unique rows, padded to m, moved to `dim` on the device
+    values = deferred_rows_at(values, row_shape, dim);
+  } else {
+    std::vector<int64_t> value_shape{count};
+    value_shape.insert(value_shape.end(), row_shape.begin(), row_shape.end());
+    values = values.view(value_shape).movedim(0, dim);
+  }
+  torch::jit::push(*stack, values, return_inverse ? inverse : at::empty({0}, index_options),
                    return_counts ? counts : at::empty({0}, index_options));
 }
 

@@ -212,6 +212,24 @@ def test_masked_assignment_of_the_wrong_number_of_rows_raises_at_the_sync(fused)
 
 
 @pytest.mark.parametrize("consecutive", [False, True])
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_unique_along_a_dim_keeps_its_count_on_the_device(fused, consecutive, dim):
+    torch.manual_seed(dim)
+    x = torch.randint(0, 2, (3, 6, 2))  # rows repeat along every dim
+    fn = torch.unique_consecutive if consecutive else torch.unique
+
+    def uniques(t):
+        values, inverse, counts = fn(t, dim=dim, return_inverse=True, return_counts=True)
+        return values, inverse, counts, values.sum(), (counts * 2).sum()  # the sums run on the padding
+
+    out, ref, before = window_of(uniques, x)
+    assert delta(before, "fused_flushes") == 1 and delta(before, "fused_flush_data_dependent") == 0
+    assert delta(before, "deferred_size_reads") == 0
+    for a, b in zip(out, ref, strict=True):
+        assert_same(a, b)
+
+
+@pytest.mark.parametrize("consecutive", [False, True])
 def test_unique_keeps_its_count_on_the_device(fused, consecutive):
     x = torch.randint(0, 6, (30,))
     fn = torch.unique_consecutive if consecutive else torch.unique
