@@ -788,7 +788,7 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
     }  // else: an op that only writes its arguments and has no meta kernel (_fused_sgd_)
   } catch (const std::exception&) {
     // Where CPU's kernel refuses the call too, its error (class and message) is the one to raise.
-    if (probe) check_like_cpu(op, args, plan.pointwise);
+    if (probe) check_like_cpu(op, args, plan.pointwise, /*meta_refused=*/true);
     throw;
   }
   // The checks of CPU's kernel that the meta kernel skips (dtypes, casts),

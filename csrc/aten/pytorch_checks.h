@@ -48,7 +48,9 @@ void check_overlap(const std::vector<Written>& written, const std::vector<Writte
 // meaningful on stand-ins): see kNoCpuProbe for the ops it does not.
 bool cpu_probe_applies(std::string_view op);
 
+// `meta_refused`: the meta kernel raised for these arguments; a dtype CPU's
+// kernel lacks is then raised as NotImplementedError (no kernel takes it).
 std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args,
-                                           bool pointwise);
+                                           bool pointwise, bool meta_refused = false);
 
 }  // namespace torch_tpu::aten

@@ -121,6 +121,17 @@ ERRORS = {
     "trunc division of bools": (lambda d: torch.div(t([True], d), t([True], d), rounding_mode="trunc"), None),
     "amax over an empty dim": (lambda d: torch.zeros(0, 3, device=d).amax(0), "non-zero size"),
     "argmax over an empty dim": (lambda d: torch.zeros(0, 3, device=d).argmax(0), None),
+    # Found by test_semantics.py's random programs (seed 0: 260, 333, 1625, 1789).
+    "argmin of no elements": (lambda d: torch.argmin(torch.zeros(0, device=d)), "argmin(): Expected reduction dim"),
+    "index_select from an empty dim": (
+        lambda d: torch.index_select(torch.zeros(0, device=d), 0, t([0, 0, 0], d)),
+        "index out of range in self",
+    ),
+    "index_add_ into an empty dim": (
+        lambda d: torch.zeros(0, device=d).index_add_(0, t([0, 0], d), torch.ones(2, device=d)),
+        "index out of range in self",
+    ),
+    "floor division of bools": (lambda d: t([True, False], d) // t(True, d), "not implemented for 'Bool'"),
 }
 
 
