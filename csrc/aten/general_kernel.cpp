@@ -71,6 +71,9 @@ struct OpPlan {
   bool index_put = false;                   // index_put, index_put_, _index_put_impl_ (a mask may make it masked_fill_)
   bool index = false;                       // index.Tensor (x[mask] may keep its count on the device)
   Factory factory = Factory::None;          // arange / fill_: may come out padded (padded_factory)
+  // sum, nansum, prod, cumsum, cumprod with out=: their `dtype` argument
+  // (-1: none), which CPU takes from the out= tensor when it is None.
+  int dtype_from_out = -1, out_index = -1;
 };
 
 std::mutex scalar_mutex;
@@ -196,6 +199,14 @@ std::optional<OpPlan> make_plan(const c10::OperatorHandle& op) {
       s.name() == "aten::index_put_" || s.name() == "aten::index_put" || s.name() == "aten::_index_put_impl_";
   plan.index = plan.name == "aten::index.Tensor";
   plan.factory = factory_kind(plan.name);
+  if (static const std::set<std::string> takes_out_dtype = {"aten::sum", "aten::nansum", "aten::prod", "aten::cumsum",
+                                                            "aten::cumprod"};
+      takes_out_dtype.count(s.name()))
+    for (size_t i = 0; i < s.arguments().size(); ++i) {
+      if (s.arguments()[i].name() == "dtype") plan.dtype_from_out = static_cast<int>(i);
+      if (plan.is_out[i] && plan.out_index < 0) plan.out_index = static_cast<int>(i);
+    }
+  if (plan.out_index < 0) plan.dtype_from_out = -1;
   plan.returns_list = s.returns().size() == 1 && s.returns()[0].type()->kind() == c10::TypeKind::ListType;
   // arange's Scalars decide its output shape, and pow's exponent its kernel
   // (x ** 2 is x * x, an int ** -1 raises, as on CPU): they stay in the key.
@@ -1622,6 +1633,10 @@ bool prepare_arguments(const c10::OperatorHandle& op, OpPlan& plan, std::vector<
   resolve_generators(op.schema(), args);
   decline_complex(plan, args);
   resolve_math_views(plan, args);
+  // CPU reduces in the out= tensor's dtype when none is given (it casts the
+  // input first): an int64 sum into a float32 out= adds float32 values.
+  if (plan.dtype_from_out >= 0 && args[plan.dtype_from_out].isNone() && args[plan.out_index].isTensor())
+    args[plan.dtype_from_out] = args[plan.out_index].toTensor().scalar_type();
   return padded_factory(plan.factory, args, stack) || bounded_kernel(op, plan, args, stack);
 }
 

@@ -87,6 +87,12 @@ VALUES = {
     "an empty multi-dimensional index": lambda d: torch.zeros(2, 3, device=d)[
         t([], d, dtype=torch.long), t([], d, dtype=torch.long)
     ],
+    # Found by test_semantics.py (seed 1, program 1833): with out= and no dtype, CPU
+    # reduces in the out= tensor's dtype (2**24 + 1 is not a float32).
+    "int64 reductions and scans into float32 out=": lambda d: tuple(
+        f(t([2**24 + 1, 1, 3], d), 0, out=torch.empty(0, device=d))
+        for f in (torch.sum, torch.prod, torch.cumsum, torch.cumprod)
+    ),
 }
 
 
