@@ -112,7 +112,9 @@ void lay_out_like_cpu(const std::string& op, bool pointwise, const std::vector<b
       if (auto ti = tensor_iterator_strides(op, is_out, args, outs[k].shape)) strides[k] = *ti;
   if (op == "aten::sort" || op == "aten::sort.stable" || op == "aten::nan_to_num")
     for (size_t k = 0; k < n; ++k) strides[k] = empty_like_strides(args[0].toTensor());
-  if (op == "aten::masked_fill.Scalar" || op == "aten::masked_fill.Tensor")  // a contiguous clone, filled
+  // masked_fill: a contiguous clone, filled; pow.Scalar (a number to a tensor's
+  // powers): CPU's meta sets its output with no strides, contiguous.
+  if (op == "aten::masked_fill.Scalar" || op == "aten::masked_fill.Tensor" || op == "aten::pow.Scalar")
     for (size_t k = 0; k < n; ++k) {
       auto contiguous = c10::contiguous_strides(outs[k].shape);
       strides[k].assign(contiguous.begin(), contiguous.end());

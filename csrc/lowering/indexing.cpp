@@ -81,7 +81,19 @@ namespace {
 // index_select(self, dim, index)
 std::vector<Value> index_select(LoweringContext& c) {
   Value x = c.tensor(0);
-  if (c.out().numel() == 0) return {c.b.constant(0, c.out())};
+  if (c.out().numel() == 0) {
+    // CPU checks an empty tensor's indices all the same (rank > 1), as RuntimeError.
+    const int64_t n = c.tensor(2).type.numel();
+    if (x.rank() > 1 && n > 0 && x.type.numel() == 0) {
+      const int64_t dim = normalize_dim(c.integer(1), x.rank()), size = x.shape()[dim];
+      if (size > 0)
+        c.check_indices(c.b.reshape(c.tensor(2), {n}), size, false,
+                        "INDICES element is out of DATA bounds, axis_dim=" + std::to_string(size) +
+                            " (index_select of a tensor without elements)",
+                        /*index_error=*/false);
+    }
+    return {c.b.constant(0, c.out())};
+  }
   if (x.rank() == 0) x = c.b.reshape(x, {1});
   Value index = c.b.reshape(c.tensor(2), {c.tensor(2).type.numel()});
   int64_t dim = normalize_dim(c.integer(1), x.rank());

@@ -53,6 +53,13 @@ def t(values, device, **kw):
     return torch.tensor(values, device=device, **kw)
 
 
+def synced(x):
+    """x, after the device checks of what computed it: a tpu check raises here, CPU's at the op."""
+    if x.device.type == "tpu":
+        torch.tpu.synchronize()
+    return x
+
+
 # ---- Wrong values (issue 12, case 2).
 
 VALUES = {
@@ -137,6 +144,10 @@ ERRORS = {
         lambda d: torch.zeros(0, device=d).index_add_(0, t([0, 0], d), torch.ones(2, device=d)),
         "index out of range in self",
     ),
+    "index_select out of range from a tensor without elements": (
+        lambda d: synced(torch.index_select(torch.empty(4, 3, 0, device=d), 1, t([0, 2, 3], d))),
+        "INDICES element is out of DATA bounds",
+    ),
     "floor division of bools": (lambda d: t([True, False], d) // t(True, d), "not implemented for 'Bool'"),
 }
 
@@ -213,6 +224,9 @@ def channels_last(d, n=2, c=3):
 
 LAYOUTS = {
     "elementwise output follows a transposed input": lambda d: torch.arange(6.0, device=d).view(2, 3).t() + 1,
+    "a number to a transposed tensor's powers is contiguous": lambda d: torch.pow(
+        2.5, torch.arange(6.0, device=d).view(2, 3).t()
+    ),
     "and so cannot be viewed flat": lambda d: (torch.arange(6.0, device=d).view(2, 3).t() + 1).view(-1),
     "a binary op of a transposed and a broadcast input": lambda d: (
         torch.arange(12.0, device=d).view(3, 4).t() * t([1.0, 2.0, 3.0], d)
