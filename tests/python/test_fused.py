@@ -64,7 +64,6 @@ def test_views_and_inplace_writes_in_a_window(fused):
         ("synchronize", lambda t: torch.tpu.synchronize()),
         ("mark_step", lambda t: torch_tpu.mark_step()),
         ("size_read", lambda t: torch.nonzero(t).shape),
-        ("data_dependent", lambda t: torch.unique(t, dim=0)),
         ("host_read", lambda t: t.sum().item()),
         ("host_read", lambda t: print(t)),
     ],
@@ -74,6 +73,22 @@ def test_flush_reasons(fused, reason, action):
     m = torch_tpu.metrics()
     action(t)
     assert delta(m, "fused_flush_" + reason) == 1
+
+
+def test_data_dependent_ops_flush_when_dynamic_shapes_are_off(run_python):
+    # Fused mode keeps nonzero's, masked_select's and unique's counts on the
+    # device; with TORCH_TPU_DYNAMIC=off it reads them, one flush each.
+    code = (
+        "import torch, torch_tpu\n"
+        "torch_tpu.set_eager_mode('fused')\n"
+        "t = torch.arange(6.0, device='tpu') - 2\n"
+        "torch.unique(t.view(3, 2), dim=0); torch.nonzero(t); torch.masked_select(t, t > 0)\n"
+        "print(torch_tpu.metrics().get('fused_flush_data_dependent', 0))\n"
+    )
+    for dynamic, flushes in (("off", "3"), ("marked", "0")):
+        r = run_python(code, TORCH_TPU_DYNAMIC=dynamic)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split()[-1] == flushes, (dynamic, r.stdout)
 
 
 def test_mode_switch_flushes(fused):
