@@ -251,12 +251,42 @@ Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op, bool 
   return g;
 }
 
-// The unique rows of `rows` ([m, k], m > 0) as a flat [count * k] tensor,
-// the inverse [m] and the counts [count]. In Fused mode (defer_data_dependent_sizes):
-// deferred, values [count] (k == 1) or [count, k] and counts padded to m,
-// the count on the device.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Tensor& rows, bool sort,
-                                                                    const UniqueOp& op) {
+// The deferred unique rows (a flat padded [m * k] value, m rows of
+// `row_shape`, the first `count` real) as a tensor with the rows' dim at `dim`
+// (a transpose on the device at the padded size: reading the sizes would wait
+// for the count).
+at::Tensor deferred_rows_at(pjrt::BufferPtr value, const std::shared_ptr<runtime::DeviceSize>& size,
+                            at::ScalarType dtype, int dev, int64_t m, const std::vector<int64_t>& row_shape,
+                            int64_t dim) {
+  const Part count{-size->id, m};
+  std::vector<int64_t> padded{m}, order;
+  padded.insert(padded.end(), row_shape.begin(), row_shape.end());
+  for (int64_t d = 1; d <= dim; ++d) order.push_back(d);
+  order.push_back(0);
+  for (int64_t d = dim + 1; d < static_cast<int64_t>(padded.size()); ++d) order.push_back(d);
+  if (dim > 0) {
+    const TensorType flat{to_dtype(dtype), {c10::multiply_integers(padded)}};
+    auto program = Runtime::get().program(
+        "unique_rows_at|" + flat.str() + "|" + dims_key(padded) + "|" + std::to_string(dim), [&] {
+          Builder b;
+          Value x = b.reshape(b.parameter(flat), padded);
+          Value out = b.reshape(b.transpose(x, order), flat.shape);
+          return std::make_pair(b.module({out}), std::vector<TensorType>{flat});
+        });
+    value = Runtime::get().execute(program, {value}, dev, "aten::unique_dim (rows at dim)")[0];
+  }
+  PaddedDims dims;
+  for (int64_t d : order) dims.push_back({d == 0 ? count : Part{padded[static_cast<size_t>(d)], 0}});
+  return wrap_padded(value, dims, dtype, dev, {size});
+}
+
+// The unique rows of `rows` ([m, k], m > 0, each row `row_shape`) with their
+// dim at `dim`, the inverse [m] and the counts [count]. In Fused mode
+// (defer_data_dependent_sizes): deferred, values and counts padded to m, the
+// count on the device (then the count returned is -1).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Tensor& rows,
+                                                                    const std::vector<int64_t>& row_shape, int64_t dim,
+                                                                    bool sort, const UniqueOp& op) {
   const int64_t m = rows.size(0), k = rows.size(1);
   const bool defer = defer_data_dependent_sizes();
   Grouped g = group_equal(rows, sort, op, defer);
@@ -299,13 +329,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, int64_t> unique_rows(const at::Te
   if (defer) {
     auto size = device_size(g.groups);
     Runtime::get().count("deferred_counts");
-    const PaddedDims dims{{Part{-size->id, m}}};
-    PaddedDims value_dims = dims;
-    if (k > 1) value_dims.push_back({Part{k, 0}});
-    return {wrap_padded(out[0], value_dims, rows.scalar_type(), dev, {size}), wrap_buffer(out[1], {m}, at::kLong, dev),
-            wrap_padded(out[2], dims, at::kLong, dev, {size}), -1};
+    return {deferred_rows_at(out[0], size, rows.scalar_type(), dev, m, row_shape, dim),
+            wrap_buffer(out[1], {m}, at::kLong, dev),
+            wrap_padded(out[2], {{Part{-size->id, m}}}, at::kLong, dev, {size}), -1};
   }
-  return {wrap_buffer(out[0], {count * k}, rows.scalar_type(), dev), wrap_buffer(out[1], {m}, at::kLong, dev),
+  std::vector<int64_t> value_shape{count};
+  value_shape.insert(value_shape.end(), row_shape.begin(), row_shape.end());
+  at::Tensor values = wrap_buffer(out[0], value_shape, rows.scalar_type(), dev);
+  return {dim == 0 ? values : values.movedim(0, dim), wrap_buffer(out[1], {m}, at::kLong, dev),
           wrap_buffer(out[2], {count}, at::kLong, dev), count};
 }
 
@@ -316,7 +347,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_flat(const at::Tensor& sel
     return {at::empty({0}, self.options()),
             at::empty(return_inverse ? self.sizes() : at::IntArrayRef{0}, index_options),
             at::empty({0}, index_options)};
-  auto [values, inverse, counts, count] = unique_rows(self.reshape({self.numel(), 1}), sort, op);
+  auto [values, inverse, counts, count] = unique_rows(self.reshape({self.numel(), 1}), {}, 0, sort, op);
   return {values, return_inverse ? inverse.view(self.sizes()) : at::empty({0}, index_options),
           return_counts ? counts : at::empty({0}, index_options)};
 }
@@ -331,36 +362,6 @@ bool unique_dim_fits(const at::Tensor& self, int64_t dim) {
   return self.numel() > 0 && self.numel() / self.size(c10::maybe_wrap_dim(dim, self.dim())) <= kMaxRowLength;
 }
 
-// A deferred [count, k] of unique rows as the deferred unique along `dim`:
-// each row `row_shape`, the count's dim moved to `dim` (a transpose on the
-// device at the padded size: reading the sizes would wait for the count).
-at::Tensor deferred_rows_at(const at::Tensor& rows, const std::vector<int64_t>& row_shape, int64_t dim) {
-  const auto read = padded_read(rows);
-  TORCH_INTERNAL_ASSERT(read && read->dims.size() <= 2 && read->dims[0].size() == 1);
-  const Part count = read->dims[0][0];
-  const int64_t m = count.padded(), k = read->dims.size() == 2 ? read->dims[1][0].real : 1;
-  std::vector<int64_t> padded{m}, order;
-  padded.insert(padded.end(), row_shape.begin(), row_shape.end());
-  for (int64_t d = 1; d <= dim; ++d) order.push_back(d);
-  order.push_back(0);
-  for (int64_t d = dim + 1; d < static_cast<int64_t>(padded.size()); ++d) order.push_back(d);
-  pjrt::BufferPtr value = read->value;
-  if (dim > 0) {
-    const TensorType flat{to_dtype(rows.scalar_type()), {m * k}};
-    auto program = Runtime::get().program(
-        "unique_rows_at|" + flat.str() + "|" + dims_key(padded) + "|" + std::to_string(dim), [&] {
-          Builder b;
-          Value x = b.reshape(b.parameter(flat), padded);
-          Value out = b.reshape(b.transpose(x, order), {m * k});
-          return std::make_pair(b.module({out}), std::vector<TensorType>{flat});
-        });
-    value = Runtime::get().execute(program, {value}, device_index(rows), "aten::unique_dim (rows at dim)")[0];
-  }
-  PaddedDims dims;
-  for (int64_t d : order) dims.push_back({d == 0 ? count : Part{padded[static_cast<size_t>(d)], 0}});
-  return wrap_padded(value, dims, rows.scalar_type(), device_index(rows), read->unknown);
-}
-
 // unique along `dim`: rows are the slices self.select(dim, i), compared whole.
 void unique_dim_on_device(const at::Tensor& self, int64_t dim, bool sort, bool return_inverse, bool return_counts,
                           const UniqueOp& op, torch::jit::Stack* stack) {
@@ -368,15 +369,8 @@ void unique_dim_on_device(const at::Tensor& self, int64_t dim, bool sort, bool r
   const int64_t m = self.size(dim);
   at::Tensor rows = self.movedim(dim, 0).contiguous();
   std::vector<int64_t> row_shape(rows.sizes().begin() + 1, rows.sizes().end());
-  auto [values, inverse, counts, count] = unique_rows(rows.reshape({m, -1}), sort, op);
+  auto [values, inverse, counts, count] = unique_rows(rows.reshape({m, -1}), row_shape, dim, sort, op);
   auto index_options = self.options().dtype(at::kLong);
-  if (count < 0) {  // deferred: the unique rows, padded to m, moved to `dim` on the device
-    values = deferred_rows_at(values, row_shape, dim);
-  } else {
-    std::vector<int64_t> value_shape{count};
-    value_shape.insert(value_shape.end(), row_shape.begin(), row_shape.end());
-    values = values.view(value_shape).movedim(0, dim);
-  }
   torch::jit::push(*stack, values, return_inverse ? inverse : at::empty({0}, index_options),
                    return_counts ? counts : at::empty({0}, index_options));
 }
@@ -417,17 +411,27 @@ void unique_consecutive(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   torch::jit::push(*stack, values, inverse, counts);
 }
 
+// The one bool mask of x[mask] (or x[mask] = v) when it covers x's leading
+// dims exactly: the calls the deferred paths take. nullopt for any other
+// (a mismatch included: the exact path raises CPU's error).
+std::optional<at::Tensor> leading_bool_mask(const at::Tensor& self,
+                                            const c10::List<std::optional<at::Tensor>>& indices) {
+  if (indices.size() != 1) return std::nullopt;
+  std::optional<at::Tensor> mask = indices.get(0);
+  if (!mask || !mask->defined() || mask->scalar_type() != at::kBool || mask->device() != self.device() ||
+      mask->dim() == 0 || mask->dim() > self.dim() || mask->numel() == 0 ||
+      mask->sizes() != self.sizes().slice(0, static_cast<size_t>(mask->dim())))
+    return std::nullopt;
+  return mask;
+}
+
 }  // namespace
 
 std::optional<at::Tensor> deferred_mask_index(const at::Tensor& self,
                                               const c10::List<std::optional<at::Tensor>>& indices) {
-  if (!defer_data_dependent_sizes() || indices.size() != 1) return std::nullopt;
-  const std::optional<at::Tensor> mask = indices.get(0);
-  if (!mask || !mask->defined() || mask->scalar_type() != at::kBool || mask->device() != self.device() ||
-      mask->dim() == 0 || mask->dim() > self.dim() || mask->numel() == 0)
-    return std::nullopt;
-  if (mask->sizes() != self.sizes().slice(0, static_cast<size_t>(mask->dim())))
-    return std::nullopt;  // the exact path raises
+  if (!defer_data_dependent_sizes()) return std::nullopt;
+  const std::optional<at::Tensor> mask = leading_bool_mask(self, indices);
+  if (!mask) return std::nullopt;
   const int64_t m = mask->numel(), r = self.numel() / m;
   PaddedDims dims{{}};
   for (int64_t d = mask->dim(); d < self.dim(); ++d) dims.push_back({Part{self.size(d), 0}});
@@ -447,16 +451,12 @@ std::optional<at::Tensor> deferred_mask_index(const at::Tensor& self,
 
 bool deferred_mask_put(const std::string& op, const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
   if (!defer_data_dependent_sizes() || args.size() < 4 || args[3].toBool() || !args[2].isTensor()) return false;
-  const auto indices = args[1].toOptionalTensorList();
-  if (indices.size() != 1) return false;
-  const std::optional<at::Tensor> mask = indices.get(0);
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& values = args[2].toTensor();
-  if (!mask || !mask->defined() || mask->scalar_type() != at::kBool || mask->device() != self.device() ||
-      values.device() != self.device() || values.scalar_type() != self.scalar_type() || mask->dim() == 0 ||
-      mask->dim() > self.dim() || mask->numel() == 0 || deferred(self) || deferred(*mask) || deferred(values))
+  const std::optional<at::Tensor> mask = leading_bool_mask(self, args[1].toOptionalTensorList());
+  if (!mask || values.device() != self.device() || values.scalar_type() != self.scalar_type() || deferred(self) ||
+      deferred(*mask) || deferred(values))
     return false;
-  if (mask->sizes() != self.sizes().slice(0, static_cast<size_t>(mask->dim()))) return false;  // the exact path raises
   // Each selected row is self[mask.dim():]-shaped: values broadcast to it,
   // with one more leading dim when they give a row per selected row.
   const auto rest = self.sizes().slice(static_cast<size_t>(mask->dim()));
