@@ -329,7 +329,8 @@ void FusedWindow::flush_locked(const char* reason) {
       for (const Call& c : calls_) context += std::string(" ") + (c.what ? c.what : "?");
       Runtime::set_program_context(std::move(context));
     }
-    results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false);
+    results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false, /*keep=*/{},
+                                   /*note=*/false);
     runtime_.count(
         "fused_launch_us",
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - launch).count());

@@ -147,8 +147,6 @@ int64_t positive_env(const char* name, int64_t fallback, const std::string& unit
   return n;
 }
 
-// What a program key names before its first '|': the op ("aten::mm"), or
-// the kind of program ("view_read"; "bounded|aten::sum.dim_IntList" keeps the op).
 int64_t Runtime::clock_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -165,9 +163,7 @@ void await_outputs(const std::vector<pjrt::BufferPtr>& outputs, const char* what
     }
   }
 }
-}  // namespace
 
-namespace {
 thread_local std::vector<uint64_t> correlations;
 thread_local std::string program_context;
 std::function<void(const Runtime::ProgramNote&)>& program_listener() {
@@ -181,6 +177,8 @@ void tell_listener(const Program& program, const char* how, double ms) {
 }
 }  // namespace
 
+// What a program key names before its first '|': the op ("aten::mm"), or
+// the kind of program ("view_read"; "bounded|aten::sum.dim_IntList" keeps the op).
 std::string program_family(const std::string& key) {
   size_t end = key.find('|');
   if (key.compare(0, end, "bounded") == 0 && end != std::string::npos) end = key.find('|', end + 1);
@@ -793,7 +791,7 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const s
 
 std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const std::vector<pjrt::BufferPtr>& args,
                                                   int device, const char* what, bool check_memory,
-                                                  const std::vector<int64_t>& keep) {
+                                                  const std::vector<int64_t>& keep, bool note) {
   std::vector<PJRT_Buffer*> raw;
   raw.reserve(args.size());
   for (const auto& a : args) {
@@ -810,7 +808,7 @@ std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const 
   if (traced) trace_execution(program, device, prepared, started, args, outputs, what);
   const uint64_t launch = ++launches_;
   for (const auto& o : outputs) o->set_launch(launch);
-  note_launched(device, outputs, what);
+  if (note) note_launched(device, outputs, what);
   if (mode() == EagerMode::Debug) await_outputs(outputs, what);
   return outputs;
 }

@@ -206,10 +206,12 @@ class Runtime {
   // Runs `program` now in any mode (a compiled graph, a fused window); a
   // placeholder argument flushes the window first. `keep`: arguments the
   // program aliases to outputs that must not be donated (see
-  // pjrt::Executable::execute).
+  // pjrt::Executable::execute). `note`: whether the outputs are noted for
+  // synchronize (note_launched); a window notes the placeholders it moves
+  // them into instead.
   std::vector<pjrt::BufferPtr> execute_now(const Program& program, const std::vector<pjrt::BufferPtr>& args, int device,
                                            const char* what, bool check_memory = true,
-                                           const std::vector<int64_t>& keep = {});
+                                           const std::vector<int64_t>& keep = {}, bool note = true);
   // The program's executable, compiled or loaded from the disk cache on first
   // use (then *from_disk is set). Hold it while running it: an executable
   // unused for long may be unloaded (see loaded_).
@@ -228,8 +230,8 @@ class Runtime {
   // metrics as fused_flush_<reason>.
   void flush(const char* reason);
   // `outputs` of a launch on `device`, for synchronize and events to wait
-  // for. execute_now notes its own; a window notes the placeholders its
-  // results were moved into (the results themselves die at the flush).
+  // for. execute_now notes its own unless told not to; a window notes the
+  // placeholders its results were moved into (the results die at the flush).
   void note_launched(int device, const std::vector<pjrt::BufferPtr>& outputs, const char* what);
   // `now` becomes a storage's value in place of `before`: in Fused mode, if
   // the op computing `now` fails at the flush, the storage keeps `before`.
