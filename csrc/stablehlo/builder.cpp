@@ -462,6 +462,9 @@ Value Builder::convert(const Value& x, DType to) {
   if (to == DType::Float8E4M3FN && is_float(x.dtype()) && byte_size(x.dtype()) > 1)
     return emit("convert", {clamp(constant(-448, {x.dtype(), {}}), x, constant(448, {x.dtype(), {}}))}, "",
                 {to, x.shape()});
+  // PyTorch casts floats to uint8 through int64 (c10's TypeCast, on CPU and
+  // CUDA alike): -1.5 -> 255 and 300.7 -> 44, where XLA's convert saturates.
+  if (to == DType::UInt8 && is_float(x.dtype())) return convert(convert(x, DType::Int64), to);
   return emit("convert", {x}, "", {to, x.shape()});
 }
 
