@@ -81,8 +81,11 @@ std::vector<Value> div(LoweringContext& c) { return {divide(c, c.string(2))}; }
 // floor_divide(self, other) = div(self, other, rounding_mode="floor") (`//` on tensors).
 std::vector<Value> floor_divide(LoweringContext& c) { return {divide(c, "floor")}; }
 
+// Computed in float32 for float16/bfloat16 and rounded once, as PyTorch's
+// CPU and CUDA kernels do (XLA expands logistic, log2, asin... into several
+// ops, each rounded in the narrow type).
 LoweringRule unary(Unary op) {
-  return [op](LoweringContext& c) -> std::vector<Value> { return {c.b.unary(op, c.operand_as_output(0))}; };
+  return in_float32([op](LoweringContext& c) -> std::vector<Value> { return {c.b.unary(op, c.operand_as_output(0))}; });
 }
 
 // floor/ceil: integers are already whole.
@@ -717,11 +720,11 @@ std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())};
 
 }  // namespace
 
-LOWERING("aten::add.Tensor", add);
+LOWERING("aten::add.Tensor", in_float32(add, Operands::Rounded));
 LOWERING("aten::_add_relu.Tensor", add_relu);
 LOWERING("aten::_add_relu.Scalar", add_relu);
-LOWERING("aten::rsub.Tensor", rsub);
-LOWERING("aten::rsub.Scalar", rsub);
+LOWERING("aten::rsub.Tensor", in_float32(rsub, Operands::Rounded));
+LOWERING("aten::rsub.Scalar", in_float32(rsub, Operands::Rounded));
 LOWERING("aten::logaddexp", logaddexp(false));
 LOWERING("aten::logaddexp2", logaddexp(true));
 LOWERING("aten::fmax", nan_ignoring(true));
@@ -747,16 +750,16 @@ LOWERING("aten::nextafter", nextafter);
 LOWERING("aten::special_zeta", zeta);
 LOWERING("aten::special_zeta.self_scalar", zeta);
 LOWERING("aten::special_zeta.other_scalar", zeta);
-LOWERING("aten::sinc", sinc);
-LOWERING("aten::add.Scalar", add);
-LOWERING("aten::sub.Tensor", sub);
-LOWERING("aten::sub.Scalar", sub);
-LOWERING("aten::mul.Tensor", mul);
-LOWERING("aten::mul.Scalar", mul);
-LOWERING("aten::div.Tensor", div);
-LOWERING("aten::div.Scalar", div);
-LOWERING("aten::div.Tensor_mode", div);
-LOWERING("aten::div.Scalar_mode", div);
+LOWERING("aten::sinc", in_float32(sinc));
+LOWERING("aten::add.Scalar", in_float32(add, Operands::Rounded));
+LOWERING("aten::sub.Tensor", in_float32(sub, Operands::Rounded));
+LOWERING("aten::sub.Scalar", in_float32(sub, Operands::Rounded));
+LOWERING("aten::mul.Tensor", in_float32(mul));
+LOWERING("aten::mul.Scalar", in_float32(mul));
+LOWERING("aten::div.Tensor", in_float32(div));
+LOWERING("aten::div.Scalar", in_float32(div));
+LOWERING("aten::div.Tensor_mode", in_float32(div));
+LOWERING("aten::div.Scalar_mode", in_float32(div));
 LOWERING("aten::floor_divide", floor_divide);
 LOWERING("aten::floor_divide.Scalar", floor_divide);
 LOWERING("aten::isin.Tensor_Tensor", isin);
@@ -781,16 +784,16 @@ LOWERING("aten::ceil", rounding(Unary::Ceil));
 LOWERING("aten::maximum", elementwise_max);
 LOWERING("aten::minimum", elementwise_min);
 LOWERING("aten::where.self", where);
-LOWERING("aten::remainder.Tensor", remainder);
-LOWERING("aten::remainder.Scalar_Tensor", remainder);
-LOWERING("aten::remainder.Scalar", remainder);
+LOWERING("aten::remainder.Tensor", in_float32(remainder, Operands::Rounded));
+LOWERING("aten::remainder.Scalar_Tensor", in_float32(remainder, Operands::Rounded));
+LOWERING("aten::remainder.Scalar", in_float32(remainder, Operands::Rounded));
 LOWERING("aten::fmod.Tensor", binary_op(Binary::Remainder));
 LOWERING("aten::fmod.Scalar", binary_op(Binary::Remainder));
-LOWERING("aten::pow.Tensor_Tensor", pow);
-LOWERING("aten::pow.Tensor_Scalar", pow);
-LOWERING("aten::pow.Scalar", pow);
-LOWERING("aten::atan2", binary_op(Binary::Atan2));
-LOWERING("aten::hypot", hypot);
+LOWERING("aten::pow.Tensor_Tensor", in_float32(pow));
+LOWERING("aten::pow.Tensor_Scalar", in_float32(pow));
+LOWERING("aten::pow.Scalar", in_float32(pow, Operands::Rounded));  // the base Scalar: a TensorIterator operand
+LOWERING("aten::atan2", in_float32(binary_op(Binary::Atan2)));
+LOWERING("aten::hypot", in_float32(hypot));
 LOWERING("aten::clamp", clamp);
 LOWERING("aten::clamp.Tensor", clamp);
 LOWERING("aten::clamp_min", clamp_min);
@@ -820,13 +823,13 @@ LOWERING("aten::_prelu_kernel_backward", prelu_backward);
 LOWERING("aten::sign", sign);
 LOWERING("aten::sgn", sign);
 LOWERING("aten::trunc", trunc);
-LOWERING("aten::frac", frac);
-LOWERING("aten::round", round);
-LOWERING("aten::round.decimals", round);
-LOWERING("aten::reciprocal", reciprocal);
-LOWERING("aten::log2", log_base(2.0));
-LOWERING("aten::log10", log_base(10.0));
-LOWERING("aten::exp2", exp2);
+LOWERING("aten::frac", in_float32(frac));
+LOWERING("aten::round", in_float32(round));
+LOWERING("aten::round.decimals", in_float32(round));
+LOWERING("aten::reciprocal", in_float32(reciprocal));
+LOWERING("aten::log2", in_float32(log_base(2.0)));
+LOWERING("aten::log10", in_float32(log_base(10.0)));
+LOWERING("aten::exp2", in_float32(exp2));
 LOWERING("aten::addcmul", addc(Binary::Multiply));
 LOWERING("aten::addcdiv", addc(Binary::Divide));
 LOWERING("aten::lerp.Scalar", in_float32(lerp));
@@ -837,17 +840,17 @@ LOWERING("aten::log1p", unary(Unary::Log1p));
 LOWERING("aten::tan", unary(Unary::Tan));
 LOWERING("aten::erf", unary(Unary::Erf));
 LOWERING("aten::erfc", unary(Unary::Erfc));
-LOWERING("aten::special_xlog1py", xlog1py);
-LOWERING("aten::special_xlog1py.self_scalar", xlog1py);
-LOWERING("aten::special_xlog1py.other_scalar", xlog1py);
-LOWERING("aten::special_entr", entr);
+LOWERING("aten::special_xlog1py", in_float32(xlog1py));
+LOWERING("aten::special_xlog1py.self_scalar", in_float32(xlog1py));
+LOWERING("aten::special_xlog1py.other_scalar", in_float32(xlog1py));
+LOWERING("aten::special_entr", in_float32(entr));
 LOWERING("aten::signbit", signbit);
 LOWERING("aten::erfinv", unary(Unary::ErfInv));
 LOWERING("aten::lgamma", unary(Unary::Lgamma));
 LOWERING("aten::digamma", unary(Unary::Digamma));
 LOWERING("aten::asin", unary(Unary::Asin));
 LOWERING("aten::acos", unary(Unary::Acos));
-LOWERING("aten::atan", atan);
+LOWERING("aten::atan", in_float32(atan));
 LOWERING("aten::sinh", unary(Unary::Sinh));
 LOWERING("aten::cosh", unary(Unary::Cosh));
 LOWERING("aten::asinh", unary(Unary::Asinh));

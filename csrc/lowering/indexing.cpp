@@ -86,11 +86,11 @@ std::vector<Value> index_select(LoweringContext& c) {
     const int64_t n = c.tensor(2).type.numel();
     if (x.rank() > 1 && n > 0 && x.type.numel() == 0) {
       const int64_t dim = normalize_dim(c.integer(1), x.rank()), size = x.shape()[dim];
-      if (size > 0)
-        c.check_indices(c.b.reshape(c.tensor(2), {n}), size, false,
-                        "INDICES element is out of DATA bounds, axis_dim=" + std::to_string(size) +
-                            " (index_select of a tensor without elements)",
-                        /*index_error=*/false);
+      if (size == 0) throw std::runtime_error("index_select(): self indexing axis dim should be positive");
+      c.check_indices(c.b.reshape(c.tensor(2), {n}), size, false,
+                      "INDICES element is out of DATA bounds, axis_dim=" + std::to_string(size) +
+                          " (index_select of a tensor without elements)",
+                      /*index_error=*/false);
     }
     return {c.b.constant(0, c.out())};
   }

@@ -205,8 +205,8 @@ int64_t normalize_dim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + r : dim;
 }
 
-LoweringRule in_float32(LoweringRule rule) {
-  return [rule = std::move(rule)](LoweringContext& c) -> std::vector<Value> {
+LoweringRule in_float32(LoweringRule rule, Operands operands) {
+  return [rule = std::move(rule), operands](LoweringContext& c) -> std::vector<Value> {
     std::vector<TensorType> wide = c.outputs;
     bool low = false;
     for (TensorType& t : wide) {
@@ -216,6 +216,7 @@ LoweringRule in_float32(LoweringRule rule) {
     if (!low) return rule(c);
     LoweringContext w{c.b, c.args, wide};
     w.bounds = c.bounds;
+    if (operands == Operands::Rounded) w.operands_rounded_to = c.out().dtype;
     std::vector<Value> out = rule(w);
     c.checks.insert(c.checks.end(), w.checks.begin(), w.checks.end());
     for (size_t i = 0; i < out.size() && i < c.outputs.size(); ++i)
@@ -245,8 +246,13 @@ const std::vector<int64_t>& LoweringContext::ints(size_t i) const {
 }
 
 Value LoweringContext::value_as(size_t i, const TensorType& type) const {
-  if (i < args.size() && (args[i].kind == LoweringArg::Tensor || args[i].dynamic))
-    return b.broadcast_to(b.cast(args[i].tensor, type.dtype), type.shape);
+  const bool value = i < args.size() && (args[i].kind == LoweringArg::Tensor || args[i].dynamic);
+  if (operands_rounded_to && stablehlo::is_float(type.dtype)) {
+    Value narrow =
+        value ? b.cast(args[i].tensor, *operands_rounded_to) : b.constant(number(i), {*operands_rounded_to, {}});
+    return b.broadcast_to(b.cast(narrow, type.dtype), type.shape);
+  }
+  if (value) return b.broadcast_to(b.cast(args[i].tensor, type.dtype), type.shape);
   return b.constant(number(i), type);
 }
 

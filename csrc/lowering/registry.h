@@ -116,6 +116,10 @@ struct LoweringContext {
   // How many real elements tensor argument `i` has over `dims`, a 0-d value
   // of `dtype` (a mean's divisor): a constant unless a dim is bounded.
   Value count(size_t i, const std::vector<int64_t>& dims, DType dtype) const;
+  // Set by in_float32(rule, Operands::Rounded): operands of another dtype
+  // (Scalars, 0-d tensors) are rounded to this one, the op's narrow dtype,
+  // before value_as widens them.
+  std::optional<DType> operands_rounded_to;
 };
 
 // Where an element of a padded value of `shape` with these dims is real: a bool tensor of `shape`.
@@ -170,11 +174,18 @@ inline DType opmath_type(DType t) {
              : t;
 }
 
+// How a rule computed in float32 reads an operand of another dtype than its
+// output (a Scalar, a 0-d float32 tensor): exactly (the kernels of mul, div,
+// lerp and the activations read it as float), or first rounded to the op's
+// dtype (add, sub, remainder: TensorIterator casts it to the common dtype).
+enum class Operands { Exact, Rounded };
+
 // `rule` computed in float32 where the outputs are bfloat16 or float16 and
 // rounded once at the end (PyTorch's opmath: what its CPU and CUDA kernels
-// do): for rules that are formulas of several ops (gelu, lerp), where rounding
-// every step loses digits (1 + erf(x) near -1).
-LoweringRule in_float32(LoweringRule rule);
+// do): a formula of several ops (gelu, lerp, or log2 and sigmoid, which XLA
+// expands) rounded at every step would lose digits (1 + erf(x) near -1), and
+// `x * 0.1` would multiply by 0.1 rounded to the narrow type.
+LoweringRule in_float32(LoweringRule rule, Operands operands = Operands::Exact);
 
 // Static registration, one line per op next to its rule.
 struct RuleRegistrar {

@@ -109,6 +109,9 @@ std::vector<Value> sort(LoweringContext& c) { return sort_result(c, c.integer(1)
 // sort, so ties come in index order; always sorted.
 std::vector<Value> topk(LoweringContext& c) {
   const Value& x = c.tensor(0);
+  if (x.dtype() == DType::Bool)  // CPU and CUDA have no bool kernel
+    throw std::runtime_error(
+        "topk does not support bool tensors (as on CPU and CUDA): convert first, e.g. x.to(torch.uint8)");
   if (x.rank() == 0) return {x, c.b.constant_int(0, c.out(1))};  // CPU returns the element, for any k
   int64_t dim = normalize_dim(c.integer(2), x.rank());
   bool largest = !c.has(3) || c.args[3].b;
