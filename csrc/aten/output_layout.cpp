@@ -94,7 +94,7 @@ bool lays_out_like_its_inputs(const std::string& op, bool pointwise) {
   return pointwise || op == "aten::floor_divide" || op == "aten::floor_divide.Scalar";
 }
 
-// sort's and nan_to_num's CPU kernels allocate outputs as empty_like(self): self's strides
+// sort's, nan_to_num's and isinf's CPU kernels allocate outputs as empty_like(self): self's strides
 // when self is dense, else dense strides in self's dimension order.
 std::vector<int64_t> empty_like_strides(const at::Tensor& self) {
   if (self.is_non_overlapping_and_dense()) return self.strides().vec();
@@ -110,7 +110,10 @@ void lay_out_like_cpu(const std::string& op, bool pointwise, const std::vector<b
   if (lays_out_like_its_inputs(op, pointwise))
     for (size_t k = 0; k < n; ++k)
       if (auto ti = tensor_iterator_strides(op, is_out, args, outs[k].shape)) strides[k] = *ti;
-  if (op == "aten::sort" || op == "aten::sort.stable" || op == "aten::nan_to_num")
+  // isinf of integers is zeros_like(self): no element can be infinite.
+  const bool isinf_of_integers = op == "aten::isinf" && !at::isFloatingType(args[0].toTensor().scalar_type()) &&
+                                 !at::isComplexType(args[0].toTensor().scalar_type());
+  if (op == "aten::sort" || op == "aten::sort.stable" || op == "aten::nan_to_num" || isinf_of_integers)
     for (size_t k = 0; k < n; ++k) strides[k] = empty_like_strides(args[0].toTensor());
   // masked_fill: a contiguous clone, filled; pow.Scalar (a number to a tensor's
   // powers): CPU's meta sets its output with no strides, contiguous.
