@@ -107,8 +107,12 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
     ),
     "out= into an input, unchecked by CPU": Known(
         "reductions and matmuls whose out= is also their input: CPU's result depends on its kernel's loop order "
-        "(it reads what it already wrote); tpu reads every input first",
-        lambda d, line: d.kind == "value" and _out_aliases_an_input(line),
+        "(it reads what it already wrote), and an out= of another shape is resized before the kernel reads it "
+        "as its input (torch.sum(t, 1, out=t) then raises 'Dimension out of range'); tpu reads every input first",
+        lambda d, line: (
+            _out_aliases_an_input(line)
+            and (d.kind == "value" or (d.kind == "cpu raised" and "Dimension out of range" in d.detail))
+        ),
     ),
     "x[mask] = a one-element tpu tensor of another dtype": Known(
         "raises, as CUDA does (index_put_ needs one dtype); CPU casts because the value is a CPU tensor there, "
