@@ -1411,11 +1411,18 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   const bool in_place = plan.functional && plan.mutated.empty() && plan.overwritten < 0 && !plan.returns_list &&
                         !plan.writes_from_functional && plan.return_alias.size() == 1 && plan.return_alias[0] == 0 &&
                         !plan.is_out[0] && args[0].isTensor() && padded(args[0].toTensor());
+  // x.index_copy_(dim, padded index, padded source) on a plain x (a static KV
+  // cache written at a padded cache_position): the functional op's result is
+  // plain, x's shape, and is written into x.
+  const bool into_plain = plan.functional && !plan.pointwise && plan.mutated.empty() && plan.overwritten < 0 &&
+                          !plan.returns_list && !plan.writes_from_functional && plan.return_alias.size() == 1 &&
+                          plan.return_alias[0] == 0 && !plan.is_out[0] && args[0].isTensor() &&
+                          args[0].toTensor().device().type() == kTpu && !padded(args[0].toTensor());
   const std::string& rule_op = plan.functional ? full_name(plan.functional->operator_name()) : plan.name;
   BoundedCall call;
   call.reads.resize(n);
   call.list_reads.resize(n);
-  bool readable = (functional || in_place) && (plan.pointwise || lowering::find_bounded_rule(rule_op));
+  bool readable = (functional || in_place || into_plain) && (plan.pointwise || lowering::find_bounded_rule(rule_op));
   auto read_padded = [&](const at::Tensor& t) -> std::shared_ptr<const PaddedRead> {
     auto read = padded_read(t);
     readable = read.has_value();
@@ -1517,6 +1524,12 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
         return false;
       }()))
     bounded = nullptr;  // the result is not laid out as x is
+  if (bounded && into_plain &&
+      (bounded->outputs.size() != 1 ||
+       std::any_of(bounded->outputs[0].begin(), bounded->outputs[0].end(), [](const auto& parts) {
+         return std::any_of(parts.begin(), parts.end(), [](const auto& p) { return p.first >= 0; });
+       })))
+    bounded = nullptr;  // the result is padded: not x's value
   if (!bounded) {
     runtime.count("bounded_exact::" + plan.name);
     return false;
@@ -1549,6 +1562,14 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   }
   auto results = launch(bounded->program, buffers, dev, plan, inputs);
   take_checks(*bounded->program, results);
+  if (into_plain) {
+    const at::Tensor& self = args[0].toTensor();
+    write_dense(self, results[0]);
+    runtime.count("bounded_ops");
+    torch::jit::drop(*stack, n);
+    stack->push_back(self);
+    return true;
+  }
   if (in_place) {
     const at::Tensor& self = args[0].toTensor();
     DeviceStorage& s = storage_of(self);

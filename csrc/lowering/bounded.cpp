@@ -5,6 +5,7 @@
 // sum or a matmul, the lowest value for a max, -inf for a softmax), and a
 // mean divides by the real count (LoweringContext::count). Ops not listed
 // here read exact shapes.
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -189,6 +190,38 @@ std::function<std::vector<int64_t>(LoweringContext&)> dim_arg(size_t i) {
   };
 }
 std::vector<int64_t> last_two(LoweringContext&) { return {-2, -1}; }
+
+// index_copy(self, dim, index, source) with a padded index and source (a
+// static KV cache written at a padded cache_position): padded entries point
+// past self's dim, where XLA's scatter skips them. Checked with the padding
+// as 0 (the inner rule's own check would see the padding's position).
+std::vector<Value> index_copy_skipping_padding(LoweringContext& c) {
+  const BoundedDims &self_dims = (*c.bounds)[0], &index_dims = (*c.bounds)[2], &source_dims = (*c.bounds)[3];
+  if (!self_dims.empty()) throw NotBounded("index_copy into a padded tensor");
+  const Value &self = c.tensor(0), &index = c.tensor(2), &source = c.tensor(3);
+  if (self.rank() == 0 || index.rank() != 1 || source.rank() != self.rank()) throw NotBounded("one element");
+  const int64_t dim = normalize_dim(c.integer(1), self.rank()), size = self.shape()[dim];
+  // The index and the source's dim padded alike, nothing else padded.
+  auto bounded_parts = [](const BoundedDims& dims, size_t d) {
+    return d < dims.size() &&
+           std::any_of(dims[d].begin(), dims[d].end(), [](const BoundedPart& p) { return !p.real.name.empty(); });
+  };
+  bool other_bounded = false;
+  for (size_t d = 0; d < source_dims.size(); ++d)
+    other_bounded |= d != static_cast<size_t>(dim) && bounded_parts(source_dims, d);
+  if (!bounded_parts(index_dims, 0) || !bounded_parts(source_dims, static_cast<size_t>(dim)) || other_bounded ||
+      index.shape()[0] != source.shape()[dim])
+    throw NotBounded("index and source padded differently");
+  std::vector<LoweringArg> with = c.args;
+  with[2].tensor = c.masked(2, c.b.scalar(static_cast<double>(size), index.dtype()));
+  LoweringContext inner{c.b, with, c.outputs, {}};
+  inner.bounds = c.bounds;
+  std::vector<Value> out = (*find_rule("aten::index_copy"))(inner);
+  c.check_indices(c.masked(2, c.b.scalar(0, index.dtype())), size, false,
+                  "index_copy/index_add: index out of range for dimension " + std::to_string(dim) + " with size " +
+                      std::to_string(size));
+  return out;
+}
 const Fill kOne = [](Builder& b, DType t) { return b.scalar(1, t); };
 
 }  // namespace
@@ -238,6 +271,7 @@ BOUNDED("aten::mm", filled("aten::mm", {0, 1}, kZero));
 BOUNDED("aten::bmm", filled("aten::bmm", {0, 1}, kZero));
 BOUNDED("aten::addmm", filled("aten::addmm", {1, 2}, kZero));
 BOUNDED("aten::embedding", indexing_into(filled("aten::embedding", {1}, kZero), 0, 0));
+BOUNDED("aten::index_copy", index_copy_skipping_padding);
 // Along a static dim; along a bounded one the output's size (a sum of sizes) is no bucket: exact.
 BOUNDED("aten::cat", filled("aten::cat", {}, kZero));
 BOUNDED("aten::embedding_dense_backward", embedding_backward_rows("aten::embedding_dense_backward"));

@@ -69,6 +69,11 @@ FAMILIES = {
     ),
     "isin": lambda x: torch.isin((x * 2).round(), torch.tensor([0.0, 1.0], device=x.device)).float() + x,
     "triangular": lambda x: (x @ x.transpose(1, 2)).triu(1) - (x @ x.transpose(1, 2)).tril(),
+    # A static buffer written at positions 0..n-1 (a static KV cache's index_copy_ at cache_position):
+    # the padded positions point past the buffer, where the scatter skips them.
+    "index_copy_into_a_static_buffer": lambda x: torch.zeros(3, BOUND + 3, H, device=x.device).index_copy_(
+        1, torch.ones_like(x[0, :, 0], dtype=torch.long).cumsum(0) - 1, x * 2
+    ),
     # An index into the bounded dim (the last token's logits): read at a runtime offset.
     "last_position": lambda x: x[:, -1] * 2 + x[:, -1:].sum(1) + x[:, 0].exp(),
 }
