@@ -1,14 +1,18 @@
 """Hugging Face generate() over prompts of many lengths: how many programs it
-compiles per eager mode, with the prompt ids static, mark_dynamic'ed, or
-copied under TORCH_TPU_DYNAMIC=auto (issue 16, item 5).
+compiles per mode, with the prompt ids static, mark_dynamic'ed, or copied
+under TORCH_TPU_DYNAMIC=auto (issue 16, item 5). "compile" runs the model's
+forward under torch.compile(backend="tpu", dynamic=True) (prefill and
+decoding steps traced with symbolic lengths; generate()'s own ops eager, in
+Strict mode).
 
-    python benchmarks/generate_lengths.py [--lengths 20] [--modes strict,fused] [--ids static,marked,auto]
+    python benchmarks/generate_lengths.py [--lengths 20] [--modes strict,fused,compile] [--ids static,marked,auto]
+                                          [--buckets 128]
 
 Each run is a fresh process with an empty compilation cache: a 1-layer Llama
 (hidden 32), greedy, 4 new tokens, the dynamic cache, prompt lengths 3, 6, 9,
 ...; tokens are compared with CPU's. The table gives the programs compiled
-(XLA compiles: op programs in Strict, windows in Fused), the most for one
-program family, the compiles per prompt length and the total time.
+(XLA compiles: op programs in Strict, windows in Fused, graph and eager op
+programs in compile), the most for one program family, the compiles per prompt length and the total time.
 """
 
 import argparse
@@ -30,6 +34,8 @@ cpu = hf.LlamaForCausalLM(cfg).eval()
 tpu = hf.LlamaForCausalLM(cfg).eval()
 tpu.load_state_dict(cpu.state_dict())
 tpu = tpu.to("tpu")
+if sys.argv[3] == "compile":
+    tpu.forward = torch.compile(tpu.forward, backend="tpu", dynamic=True)
 per_length, same, start = [], True, time.perf_counter()
 for n in [3 + 3 * i for i in range(count)]:
     ids = torch.randint(1, 128, (1, n))
@@ -53,18 +59,22 @@ print(json.dumps({"compiles": m.get("compiles", 0), "top": [top[0][len("compiles
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", type=int, default=20)
-    ap.add_argument("--modes", default="strict,fused")
+    ap.add_argument("--modes", default="strict,fused,compile")
     ap.add_argument("--ids", default="static,marked,auto")
+    ap.add_argument("--buckets", default="", help="TORCH_TPU_DYNAMIC_BUCKETS (default: powers of two)")
     args = ap.parse_args()
     print("| mode | ids | programs | most for one family | compiles per length | s | tokens = CPU |")
     print("|---|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         for ids in args.ids.split(","):
             with tempfile.TemporaryDirectory() as cache:
-                env = dict(os.environ, TORCH_TPU_EAGER_MODE=mode, TORCH_TPU_CACHE_DIR=cache)
+                eager = "strict" if mode == "compile" else mode
+                env = dict(os.environ, TORCH_TPU_EAGER_MODE=eager, TORCH_TPU_CACHE_DIR=cache)
                 env["TORCH_TPU_DYNAMIC"] = "auto" if ids == "auto" else "marked"
+                if args.buckets:
+                    env["TORCH_TPU_DYNAMIC_BUCKETS"] = args.buckets
                 out = subprocess.run(
-                    [sys.executable, "-W", "ignore", "-c", CHILD, str(args.lengths), ids],
+                    [sys.executable, "-W", "ignore", "-c", CHILD, str(args.lengths), ids, mode],
                     env=env,
                     capture_output=True,
                     text=True,

@@ -265,6 +265,66 @@ def test_generation_over_prompt_lengths_compiles_per_bucket(mode):
     assert counts[-1] == 0, counts
 
 
+GENERATE_OVER_LENGTHS = r"""
+import json, sys
+import torch, torch_tpu
+import transformers as hf
+torch.manual_seed(0)
+cfg = hf.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+cpu = hf.LlamaForCausalLM(cfg).eval()
+tpu = hf.LlamaForCausalLM(cfg).to("tpu").eval()
+tpu.load_state_dict(cpu.state_dict())
+kw = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+if sys.argv[1] == "compile":  # prefill and decoding steps traced with symbolic lengths
+    tpu.forward = torch.compile(tpu.forward, backend="tpu", dynamic=True)
+same = True
+for n in range(3, 63, 3):
+    ids = torch.randint(1, 128, (1, n))
+    want = cpu.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0)
+    t = torch_tpu.mark_dynamic(ids.to("tpu"), 1, max=128)
+    same &= torch.equal(tpu.generate(t, attention_mask=torch.ones_like(t), **kw).cpu(), want)
+m = torch_tpu.metrics()
+print(json.dumps({"same": same, "compiles": m.get("compiles", 0),
+                  "families": {k: v for k, v in m.items() if k.startswith("compiles::")}}))
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_generation_over_20_prompt_lengths_compiles_at_most_12_programs_per_path(mode, tmp_path):
+    """Issue 16: generate() over prompts of 20 lengths (3..60) with the ids
+    marked dynamic up to 128 and that bound as the one bucket
+    (TORCH_TPU_DYNAMIC_BUCKETS=128) compiles at most 12 programs per path:
+    Fused windows in all, and in every mode at most 12 programs of any one
+    op or graph (compile: the model's forward under torch.compile(dynamic=True),
+    generate()'s own eager ops around it); the tokens are CPU's. A
+    subprocess: buckets are read once per process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ,
+        TORCH_TPU_EAGER_MODE="fused" if mode == "fused" else "strict",
+        TORCH_TPU_DYNAMIC_BUCKETS="128",
+        TORCH_TPU_CACHE_DIR=str(tmp_path),
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", GENERATE_OVER_LENGTHS, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["same"]
+    assert max(r["families"].values()) <= 12, r
+    if mode == "fused":
+        assert r["compiles"] <= 12, r
+
+
 def test_compiled_decoding_compiles_once_per_cache_length():
     """A longer static cache (new shapes) compiles one new decode graph for all
     its tokens, and a repeated call compiles no program at all."""
