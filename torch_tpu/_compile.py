@@ -96,6 +96,7 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
     keys = 0  # random keys: a random op's generator, fed fresh per call
     output_vals = []  # the traced value of each graph output
     groups = set()  # process groups of the graph's functional collectives
+    storage_values = {}  # storage -> the first node whose value is that whole storage, row-major
 
     def arg(a):
         if isinstance(a, torch.fx.Node):
@@ -114,6 +115,9 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
         raise _Unsupported(f"an argument of type {type(a).__name__}")
 
     for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and _whole_storage(val):
+            storage_values.setdefault(StorageWeakRef(val.untyped_storage()), node)
         if node.op == "placeholder":
             val = node.meta.get("val")
             if val is None or type(val) in (int, float, bool, str):  # a plain value: a constant of this program
@@ -146,6 +150,20 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
             nodes.append(("aten::copy", [arg(dst), arg(src), False], _types(node.meta.get("val"))))
             refs[node] = ("v", k, 0)
             mutations.append((refs[dst][2], refs[node]))
+        elif node.op == "call_function" and node.target is torch.ops.aten.as_strided.default:
+            # as_strided addresses its input's storage, not its input: it reads
+            # the value that holds that storage whole (a view of a slice reaches
+            # elements outside the slice; its offset counts from the storage).
+            x = node.args[0].meta.get("val")
+            base = storage_values.get(StorageWeakRef(x.untyped_storage())) if isinstance(x, torch.Tensor) else None
+            if base is None or base not in refs:
+                raise _Unsupported(f"as_strided of a storage no graph value holds whole ({node.name})")
+            size, stride = node.args[1], node.args[2]
+            offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+            offset = x.storage_offset() if offset is None else offset
+            k = len(nodes)
+            nodes.append(("aten::as_strided", [arg(base), arg(size), arg(stride), arg(offset)], _types(val)))
+            refs[node] = ("v", k, 0)
         elif node.op == "call_function" and node.target is _WAIT_TENSOR:
             refs[node] = refs[node.args[0]]  # a collective in the program is done when its value is
         elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
@@ -253,6 +271,15 @@ def _row_major(shape) -> tuple:
         strides.insert(0, n)
         n *= max(size, 1)
     return tuple(strides)
+
+
+def _whole_storage(t: torch.Tensor) -> bool:
+    """Whether `t` is its whole storage, row-major from offset 0."""
+    return (
+        t.storage_offset() == 0
+        and t.stride() == _row_major(t.shape)
+        and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    )
 
 
 def _dense(t: torch.Tensor) -> bool:

@@ -81,6 +81,28 @@ LoweringRule pieces(size_t dim_arg) {
   };
 }
 
+// as_strided(base, size, stride, storage_offset): torch_tpu/_compile.py passes
+// the value that holds the view's whole storage as `base` (row-major from
+// offset 0), so element i is base's flat element offset + sum(i_k * stride_k),
+// wherever in the storage the traced input of as_strided started.
+std::vector<Value> as_strided(LoweringContext& c) {
+  const Value& base = c.tensor(0);
+  const std::vector<int64_t>& size = c.ints(1);
+  const std::vector<int64_t>& stride = c.ints(2);
+  const int64_t offset = c.has(3) ? c.integer(3) : 0;
+  int64_t count = 1;
+  for (int64_t n : size) count *= n;
+  if (count == 0) return {c.b.constant(0, c.out())};
+  TensorType index{DType::Int64, size};
+  Value at = c.b.constant_int(offset, index);
+  for (size_t k = 0; k < size.size(); ++k)
+    at = c.b.binary(stablehlo::Binary::Add, at,
+                    c.b.binary(stablehlo::Binary::Multiply, c.b.iota(index, static_cast<int64_t>(k)),
+                               c.b.constant_int(stride[k], index)));
+  Value flat = c.b.reshape(base, {base.type.numel()});
+  return {c.b.reshape(c.b.gather_1d(flat, c.b.reshape(at, {count})), c.out().shape)};
+}
+
 // copy(self, src, non_blocking): src in self's dtype and shape.
 std::vector<Value> copy(LoweringContext& c) {
   return {c.b.broadcast_to(c.b.cast(c.tensor(1), c.out().dtype), c.out().shape)};
@@ -107,6 +129,7 @@ LOWERING("graph:aten::permute", permute);
 LOWERING("graph:aten::transpose.int", transpose);
 LOWERING("graph:aten::t", transpose);
 LOWERING("graph:aten::expand", expand);
+LOWERING("graph:aten::as_strided", as_strided);
 LOWERING("graph:aten::slice.Tensor", slice);
 LOWERING("graph:aten::select.int", select);
 LOWERING("graph:aten::split.Tensor", pieces(2));
