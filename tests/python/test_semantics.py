@@ -125,6 +125,12 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         lambda d, line: d.kind == "stride (size-1/empty)",
         modes=("compile",),
     ),
+    "traced strides of a number's powers": Known(
+        "pow(number, tensor): PyTorch's meta kernel lays the result out as the tensor, CPU's kernel contiguous; "
+        "a compiled graph takes the trace's strides (eager tpu takes CPU's)",
+        lambda d, line: d.kind == "stride" and re.search(r"torch\.pow\([\d.]+,|= [\d.]+ \*\* ", line) is not None,
+        modes=("compile",),
+    ),
     "traced dtype of a bool ** bool": Known(
         "PyTorch's meta kernel gives int64 for pow(bool tensor, bool), CPU bool: a compiled graph takes the "
         "trace's dtype (eager tpu takes CPU's)",
