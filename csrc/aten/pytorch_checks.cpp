@@ -74,13 +74,15 @@ OverlapRule overlap_rule(const std::string& op, bool pointwise) {
   std::string name = op.substr(op.find("::") + 2);
   name = name.substr(0, name.find('.'));
   if (!name.empty() && name.back() == '_') name.pop_back();
-  static const std::set<std::string, std::less<>> none = {"fill", "zero", "masked_fill", "index_fill"};
-  static const std::set<std::string, std::less<>> full = {"cat",         "index_select",   "gather",    "scatter",
-                                                          "scatter_add", "scatter_reduce", "index_add", "index_copy",
-                                                          "topk",        "take",           "put"};
+  static const std::set<std::string, std::less<>> none = {"fill", "zero", "index_fill"};
+  static const std::set<std::string, std::less<>> full = {"index_select",   "gather",    "scatter",    "scatter_add",
+                                                          "scatter_reduce", "index_add", "index_copy", "topk",
+                                                          "take",           "put"};
   static const std::set<std::string, std::less<>> partial = {"cumsum", "cumprod"};
   static const std::set<std::string, std::less<>> internal = {"mm", "bmm", "addmm", "baddbmm", "addmv", "mv"};
   if (none.count(name)) return OverlapRule::None;
+  if (name == "cat") return OverlapRule::Cat;
+  if (name == "masked_fill") return OverlapRule::Mask;
   if (name == "index_put" || name == "_index_put_impl") return OverlapRule::IndexPut;
   if (full.count(name)) return OverlapRule::Full;
   if (pointwise || partial.count(name)) return OverlapRule::Partial;
@@ -91,16 +93,19 @@ OverlapRule overlap_rule(const std::string& op, bool pointwise) {
 void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, OverlapRule rule) {
   if (rule == OverlapRule::None) return;
   for (const auto& w : written) {
-    if (rule != OverlapRule::IndexPut)
+    if (rule != OverlapRule::IndexPut && rule != OverlapRule::Mask)
       at::assert_no_internal_overlap(w.tensor);
     else if (at::has_internal_overlap(w.tensor) == at::MemOverlap::Yes)
-      TORCH_WARN(
-          "Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor before performing "
-          "this operation. This also applies to advanced indexing e.g. tensor[indices] = tensor");
+      TORCH_WARN("Use of ", rule == OverlapRule::Mask ? "masked_fill_" : "index_put_",
+                 " on expanded tensors is deprecated. Please clone() the tensor before performing "
+                 "this operation. This also applies to advanced indexing e.g. tensor[",
+                 rule == OverlapRule::Mask ? "mask] = scalar" : "indices] = tensor");
     if (rule == OverlapRule::Internal) continue;
     for (const auto& in : inputs) {
       if (in.argument == w.argument || !in.tensor.defined() || in.tensor.is_cpu()) continue;
-      if (rule == OverlapRule::Partial)
+      if (rule == OverlapRule::Cat && in.tensor.dim() == 1 && in.tensor.numel() == 0) continue;
+      if (rule == OverlapRule::Mask && in.argument != 1) continue;
+      if (rule == OverlapRule::Partial || rule == OverlapRule::Mask)
         at::assert_no_partial_overlap(w.tensor, in.tensor);
       else
         at::assert_no_overlap(w.tensor, in.tensor);

@@ -21,10 +21,12 @@ struct Written {
 
 // What CPU's kernel of an op checks about the memory the op writes.
 enum class OverlapRule {
-  None,      // nothing (fill_, masked_fill_, reductions, sort)
+  None,      // nothing (fill_, reductions, sort)
   Internal,  // a written tensor may not have elements that share memory (an expanded out=)
   Partial,   // ... nor overlap an input partly (a[1:].add_(a[:-1])): TensorIterator's rule
   Full,      // ... nor overlap an input at all (torch.cat([x, x], out=x), index_add_(0, i, self))
+  Cat,       // Full, but cat skips (and so does not check) its legacy empty inputs (1-D, 0 elements)
+  Mask,      // masked_fill_: the mask may not overlap self partly (the value is read first)
   IndexPut,  // Full, but an expanded self only warns (deprecated, as in index_put_)
 };
 // The rule for an op ("aten::add_.Tensor"): pointwise ops follow TensorIterator's.

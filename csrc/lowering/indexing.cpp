@@ -425,12 +425,18 @@ AdvancedIndex advanced_index(LoweringContext& c, const Value& x, const std::vect
   if (a.indexed.size() > static_cast<size_t>(x.rank()))
     throw std::invalid_argument("index: too many indices for a tensor of dimension " + std::to_string(x.rank()));
   Shape batch = broadcast_shapes(shapes);
+  // Where a dim left unindexed is empty, the result has no elements and CPU
+  // (like CUDA) reads no index: none is checked.
+  int64_t rest_elements = 1;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (std::find(a.indexed.begin(), a.indexed.end(), d) == a.indexed.end()) rest_elements *= x.shape()[d];
   std::vector<Value> parts;
   for (int64_t d : a.indexed) {
     Value i = b.broadcast_to(b.cast(indices[d], DType::Int64), batch);
-    c.check_indices(
-        i, x.shape()[d], true,
-        "index is out of bounds for dimension " + std::to_string(d) + " with size " + std::to_string(x.shape()[d]));
+    if (rest_elements > 0)
+      c.check_indices(
+          i, x.shape()[d], true,
+          "index is out of bounds for dimension " + std::to_string(d) + " with size " + std::to_string(x.shape()[d]));
     parts.push_back(as_column(b, wrap_negative(b, i, x.shape()[d])));
   }
   a.coords = b.concatenate(parts, static_cast<int64_t>(batch.size()));

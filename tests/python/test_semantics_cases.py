@@ -100,6 +100,15 @@ VALUES = {
         f(t([2**24 + 1, 1, 3], d), 0, out=torch.empty(0, device=d))
         for f in (torch.sum, torch.prod, torch.cumsum, torch.cumprod)
     ),
+    # Seed 4: 410, 1473, 820: no element is read or written, so nothing is checked.
+    "index and index_put_ out of range where the result has no elements": lambda d: (
+        torch.empty(3, 0, device=d)[t([5, -1], d)],
+        torch.empty(3, 0, device=d).index_put_((t([-2, -3, 3], d),), t(-4.0, d)),
+    ),
+    "cat into an empty out= that is also an input": lambda d: (lambda e: torch.cat([e <= e, e], 0, out=e))(
+        torch.empty(0, device=d)
+    ),
+    "masked_fill_ with self as its own mask": lambda d: (lambda b: b.masked_fill_(b, True))(t([True, False], d)),
 }
 
 
@@ -224,6 +233,11 @@ ERRORS = {
     "floor division of bools": (lambda d: t([True, False], d) // t(True, d), "not implemented for 'Bool'"),
     # Seed 3: 1479, 649.
     "topk of bools": (lambda d: torch.topk(t([[False, True, True]], d), 2).values, "topk does not support bool"),
+    # Seed 4: 1940, the mask overlapping self partly (a view of the same element).
+    "masked_fill_ with a mask over part of self": (
+        lambda d: (lambda b: b[:2].masked_fill_(b[1:3], True))(torch.zeros(4, dtype=torch.bool, device=d)),
+        "refer to a single memory location",
+    ),
     "index_select along an empty dim of a tensor without elements": (
         lambda d: torch.index_select(torch.empty(0, 0, device=d), 1, t([0], d)),
         "self indexing axis dim should be positive",
