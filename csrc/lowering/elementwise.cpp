@@ -33,14 +33,23 @@ std::vector<Value> mul(LoweringContext& c) {
   return {c.b.binary(c.out().dtype == DType::Bool ? Binary::And : Binary::Multiply, a, b)};
 }
 
+// x / y correctly rounded also where y is one number broadcast: XLA's
+// simplifier turns such a division into a multiplication by the reciprocal
+// (one ulp off in a third of float32 elements of x / 3); a select it cannot
+// fold keeps the divisor opaque (as fast on XLA's CPU, where it is memory bound).
+Value divide_exactly(Builder& b, const Value& x, const Value& y) {
+  Value always = b.binary(Binary::Or, b.compare(stablehlo::Compare::EQ, x, x), b.compare(stablehlo::Compare::NE, x, x));
+  return b.binary(Binary::Divide, x, b.select(always, y, b.constant(NAN, y.type)));
+}
+
 // Floating a // b exactly as PyTorch's CPU and CUDA kernels compute it
 // (div_floor_floating): from fmod, so non-finite operands give what they give
 // there (inf // 1 is nan, -2 // inf is -1), and a zero keeps its sign.
 Value floor_divide_float(Builder& b, const Value& x, const Value& y) {
   auto k = [&](double v) { return b.constant(v, x.type); };
-  Value q = b.binary(Binary::Divide, x, y);
+  Value q = divide_exactly(b, x, y);
   Value mod = b.binary(Binary::Remainder, x, y);
-  Value div = b.binary(Binary::Divide, b.binary(Binary::Subtract, x, mod), y);
+  Value div = divide_exactly(b, b.binary(Binary::Subtract, x, mod), y);
   Value mod_nonzero = b.compare(stablehlo::Compare::NE, mod, k(0));
   Value signs_differ = b.compare(stablehlo::Compare::NE, b.compare(stablehlo::Compare::LT, y, k(0)),
                                  b.compare(stablehlo::Compare::LT, mod, k(0)));
@@ -58,7 +67,7 @@ Value divide(LoweringContext& c, const std::string& mode) {
   Value a = c.operand_as_output(0), b = c.operand_as_output(1);
   const bool is_float = stablehlo::is_float(c.out().dtype);
   if (mode == "floor" && is_float) return floor_divide_float(c.b, a, b);
-  Value q = c.b.binary(Binary::Divide, a, b);
+  Value q = is_float ? divide_exactly(c.b, a, b) : c.b.binary(Binary::Divide, a, b);
   if (mode == "trunc" && is_float) {
     Value zero = c.b.constant(0, c.out());
     q = c.b.select(c.b.compare(stablehlo::Compare::LT, q, zero), c.b.unary(Unary::Ceil, q), c.b.unary(Unary::Floor, q));

@@ -159,6 +159,13 @@ BITWISE = {
         grid(d, dt) * t(0.1, d),
     ),
     "remainder by a number": lambda d, dt: torch.remainder(grid(d, dt), 0.7),
+    # XLA multiplies by the reciprocal of a broadcast divisor (x / 3 one ulp off in a third of float32 elements).
+    "float32 division by a number is correctly rounded": lambda d, dt: (
+        grid(d, torch.float32) / 3,
+        grid(d, torch.float32) / t(0.3, d),
+        torch.div(grid(d, torch.float32) * 7, 0.3, rounding_mode="trunc"),
+        grid(d, dt) / t(0.3, d),
+    ),
     "pow: a high power amplifies a rounding": lambda d, dt: (
         torch.sigmoid(grid(d, dt, 0, 4)) ** 62,  # no subnormal results: XLA's CPU flushes them
         torch.pow(1.7, grid(d, dt, -3, 3)),
