@@ -67,7 +67,9 @@ Value divide(LoweringContext& c, const std::string& mode) {
   Value a = c.operand_as_output(0), b = c.operand_as_output(1);
   const bool is_float = stablehlo::is_float(c.out().dtype);
   if (mode == "floor" && is_float) return floor_divide_float(c.b, a, b);
-  Value q = is_float ? divide_exactly(c.b, a, b) : c.b.binary(Binary::Divide, a, b);
+  const bool broadcast_divisor =
+      !c.has(1) || c.args[1].kind != LoweringArg::Tensor || c.tensor(1).type.numel() != c.out().numel();
+  Value q = is_float && broadcast_divisor ? divide_exactly(c.b, a, b) : c.b.binary(Binary::Divide, a, b);
   if (mode == "trunc" && is_float) {
     Value zero = c.b.constant(0, c.out());
     q = c.b.select(c.b.compare(stablehlo::Compare::LT, q, zero), c.b.unary(Unary::Ceil, q), c.b.unary(Unary::Floor, q));
