@@ -537,7 +537,7 @@ bool copy_padded(const at::Tensor& src, const at::Tensor& dst) {
 namespace {
 // TORCH_TPU_DYNAMIC: "marked" (the default: mark_dynamic only), "auto" (also
 // dims that took kAutoAfter sizes in copies), "off" (exact shapes only).
-std::string dynamic_setting() {
+const std::string& dynamic_setting() {
   static const std::string setting = [] {
     const char* v = std::getenv("TORCH_TPU_DYNAMIC");
     std::string s = v && *v ? v : "marked";
@@ -675,13 +675,12 @@ bool whole_plain(const at::Tensor& t) {
          t.numel() > 0;
 }
 
-thread_local bool in_padded_factory = false;  // its own call at the bucket runs plain
-struct PlainFactoryScope {
-  PlainFactoryScope() { in_padded_factory = true; }
-  ~PlainFactoryScope() { in_padded_factory = false; }
-};
+thread_local bool in_padded_factory = false;
 
 }  // namespace
+
+PlainFactoryScope::PlainFactoryScope() : was_(in_padded_factory) { in_padded_factory = true; }
+PlainFactoryScope::~PlainFactoryScope() { in_padded_factory = was_; }
 
 Factory factory_kind(const std::string& op) {
   // (Not zero_: zeros_like(p) is how optimizers make their states, of a parameter's size.)
@@ -709,9 +708,10 @@ bool padded_factory(Factory kind, const std::vector<c10::IValue>& args, torch::j
     if (bucket == 0) return false;
     out.resize_({n});
     if (!whole_plain(out)) return false;  // a view given as out=: the exact path writes it
-    at::Tensor full = at::empty({bucket}, out.options());
+    at::Tensor full;
     {
       PlainFactoryScope plain;
+      full = at::empty({bucket}, out.options());
       at::arange_out(full, start, a + static_cast<double>(bucket) * h, step);
     }
     adopt_padded(out, full, runtime::Padding{{n}, {bucket}, {}});
@@ -724,9 +724,10 @@ bool padded_factory(Factory kind, const std::vector<c10::IValue>& args, torch::j
     for (int64_t size : self.sizes()) buckets.push_back(fills_bucket(size) && !square ? 0 : bucket_of(size));
     if (std::all_of(buckets.begin(), buckets.end(), [](int64_t b) { return b == 0; })) return false;
     runtime::Padding padding{self.sizes().vec(), buckets, {}};
-    at::Tensor full = at::empty(padding.padded(), self.options());
+    at::Tensor full;
     {
       PlainFactoryScope plain;
+      full = at::empty(padding.padded(), self.options());
       full.fill_(args[1].toScalar());
     }
     adopt_padded(self, full, std::move(padding));

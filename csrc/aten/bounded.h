@@ -128,6 +128,17 @@ bool upload_bounded(const at::Tensor& host, const at::Tensor& dst);
 enum class Factory : uint8_t { None, Arange, Fill };
 Factory factory_kind(const std::string& op);  // looked up once per op (its plan)
 bool padded_factory(Factory kind, const std::vector<c10::IValue>& args, torch::jit::Stack* stack);
+// Factories run plain while one lives: the bucket-sized call inside
+// padded_factory, and new memory's deterministic fill (not a user's factory).
+struct PlainFactoryScope {
+  PlainFactoryScope();
+  ~PlainFactoryScope();
+  PlainFactoryScope(const PlainFactoryScope&) = delete;
+  PlainFactoryScope& operator=(const PlainFactoryScope&) = delete;
+
+ private:
+  bool was_;
+};
 
 // The real sizes of a bounded call's symbols as an int32[k] device buffer
 // (cached); a negative size -id is taken from the device size of that id

@@ -36,6 +36,7 @@ bool fills_uninitialized() {
 }
 void fill_uninitialized(const at::Tensor& t) {
   if (t.numel() == 0) return;
+  PlainFactoryScope plain;  // new memory, not a factory of a bounded size
   if (at::isFloatingType(t.scalar_type()))
     t.fill_(std::numeric_limits<double>::quiet_NaN());
   else if (t.scalar_type() == at::kBool)

@@ -157,7 +157,12 @@ assert torch_tpu._C._padded_shape(p) is None and torch_tpu.metrics()["padded_fac
 buf = torch.zeros(20, dtype=torch.long, device="tpu")
 torch.arange(11, out=buf[:11])  # out= a view of a larger storage: written exactly
 assert buf.tolist() == list(range(11)) + [0] * 9 and torch_tpu._C._padded_shape(buf) is None
-del ids, mask, pos
+torch.use_deterministic_algorithms(True)  # new memory filled: empty calls fill_, which must not pad again
+ones, steps = torch.ones(11, device="tpu"), torch.arange(11, device="tpu")
+assert ones.tolist() == [1.0] * 11 and steps.tolist() == list(range(11))
+assert torch_tpu._C._padded_shape(ones) == [16] and torch_tpu._C._padded_shape(steps) == [16]
+torch.use_deterministic_algorithms(False)
+del ids, mask, pos, ones, steps
 assert torch_tpu._C._padded_shape(torch.arange(11, device="tpu")) is None  # no padded tensor lives
 print("ok")
 """
