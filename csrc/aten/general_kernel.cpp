@@ -1404,20 +1404,21 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
     }
     broadcast_shape = shape;
   }
-  const bool functional = !plan.functional && plan.mutated.empty() && plan.overwritten < 0 && !plan.returns_list &&
+  // Which write the op makes: none (functional), or self's value, returned as
+  // its only result (x.add_(y), x.index_copy_(...)). Everything else reads exact.
+  const bool plain_writes = plan.mutated.empty() && plan.overwritten < 0 && !plan.returns_list;
+  const bool functional = !plan.functional && plain_writes &&
                           std::all_of(plan.return_alias.begin(), plan.return_alias.end(), [](int a) { return a < 0; });
+  const bool writes_self = plan.functional && plain_writes && !plan.writes_from_functional &&
+                           plan.return_alias.size() == 1 && plan.return_alias[0] == 0 && !plan.is_out[0] &&
+                           args[0].isTensor() && args[0].toTensor().device().type() == kTpu;
   // x.add_(y) on a padded x: the functional op's padded result becomes x's
   // value, when x is its storage in row-major order and keeps its parts.
-  const bool in_place = plan.functional && plan.mutated.empty() && plan.overwritten < 0 && !plan.returns_list &&
-                        !plan.writes_from_functional && plan.return_alias.size() == 1 && plan.return_alias[0] == 0 &&
-                        !plan.is_out[0] && args[0].isTensor() && padded(args[0].toTensor());
+  const bool in_place = writes_self && padded(args[0].toTensor());
   // x.index_copy_(dim, padded index, padded source) on a plain x (a static KV
   // cache written at a padded cache_position): the functional op's result is
   // plain, x's shape, and is written into x.
-  const bool into_plain = plan.functional && !plan.pointwise && plan.mutated.empty() && plan.overwritten < 0 &&
-                          !plan.returns_list && !plan.writes_from_functional && plan.return_alias.size() == 1 &&
-                          plan.return_alias[0] == 0 && !plan.is_out[0] && args[0].isTensor() &&
-                          args[0].toTensor().device().type() == kTpu && !padded(args[0].toTensor());
+  const bool into_plain = writes_self && !plan.pointwise && !padded(args[0].toTensor());
   const std::string& rule_op = plan.functional ? full_name(plan.functional->operator_name()) : plan.name;
   BoundedCall call;
   call.reads.resize(n);

@@ -79,17 +79,23 @@ using Fill = std::function<Value(Builder&, DType)>;
 const Fill kZero = [](Builder& b, DType t) { return b.scalar(0, t); };
 const Fill kLowest = [](Builder& b, DType t) { return lowest(b, t); };
 const Fill kHighest = [](Builder& b, DType t) { return highest(b, t); };
+// The op's own rule run on `with` (c's arguments with some padding filled);
+// its checks join c's.
+std::vector<Value> own_rule(LoweringContext& c, std::string_view op, const std::vector<LoweringArg>& with) {
+  LoweringContext inner{c.b, with, c.outputs, {}};
+  inner.bounds = c.bounds;
+  std::vector<Value> out = (*find_rule(op))(inner);
+  c.checks.insert(c.checks.end(), inner.checks.begin(), inner.checks.end());
+  return out;
+}
+
 // The op's own rule, run with the padding of tensor arguments `args` filled.
 LoweringRule filled(std::string_view op, std::vector<size_t> args, Fill fill) {
   return [op = std::string(op), args = std::move(args), fill](LoweringContext& c) {
     std::vector<LoweringArg> with = c.args;
     for (size_t i : args)
       if (c.has(i) && with[i].kind == LoweringArg::Tensor) with[i].tensor = c.masked(i, fill(c.b, c.tensor(i).dtype()));
-    LoweringContext inner{c.b, with, c.outputs, {}};
-    inner.bounds = c.bounds;
-    std::vector<Value> out = (*find_rule(op))(inner);
-    c.checks.insert(c.checks.end(), inner.checks.begin(), inner.checks.end());
-    return out;
+    return own_rule(c, op, with);
   };
 }
 
@@ -145,11 +151,7 @@ LoweringRule nll_ignoring_padding(std::string_view op, size_t self, size_t targe
     std::vector<LoweringArg> with = c.args;
     with[self].tensor = c.masked(self, c.b.scalar(0, c.tensor(self).dtype()));
     with[target].tensor = c.masked(target, c.b.scalar(static_cast<double>(c.integer(ignore)), DType::Int64));
-    LoweringContext inner{c.b, with, c.outputs, {}};
-    inner.bounds = c.bounds;
-    std::vector<Value> out = (*find_rule(op))(inner);
-    c.checks.insert(c.checks.end(), inner.checks.begin(), inner.checks.end());
-    return out;
+    return own_rule(c, op, with);
   };
 }
 
@@ -193,8 +195,7 @@ std::vector<int64_t> last_two(LoweringContext&) { return {-2, -1}; }
 
 // index_copy(self, dim, index, source) with a padded index and source (a
 // static KV cache written at a padded cache_position): padded entries point
-// past self's dim, where XLA's scatter skips them. Checked with the padding
-// as 0 (the inner rule's own check would see the padding's position).
+// past self's dim, where XLA's scatter skips them.
 std::vector<Value> index_copy_skipping_padding(LoweringContext& c) {
   const BoundedDims &self_dims = (*c.bounds)[0], &index_dims = (*c.bounds)[2], &source_dims = (*c.bounds)[3];
   if (!self_dims.empty()) throw NotBounded("index_copy into a padded tensor");
@@ -214,13 +215,7 @@ std::vector<Value> index_copy_skipping_padding(LoweringContext& c) {
     throw NotBounded("index and source padded differently");
   std::vector<LoweringArg> with = c.args;
   with[2].tensor = c.masked(2, c.b.scalar(static_cast<double>(size), index.dtype()));
-  LoweringContext inner{c.b, with, c.outputs, {}};
-  inner.bounds = c.bounds;
-  std::vector<Value> out = (*find_rule("aten::index_copy"))(inner);
-  c.check_indices(c.masked(2, c.b.scalar(0, index.dtype())), size, false,
-                  "index_copy/index_add: index out of range for dimension " + std::to_string(dim) + " with size " +
-                      std::to_string(size));
-  return out;
+  return own_rule(c, "aten::index_copy", with);  // which checks the index with its padding as 0
 }
 const Fill kOne = [](Builder& b, DType t) { return b.scalar(1, t); };
 

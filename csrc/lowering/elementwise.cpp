@@ -731,11 +731,8 @@ std::vector<Value> zero(LoweringContext& c) { return {c.b.constant(0, c.out())};
 
 }  // namespace
 
-LOWERING("aten::add.Tensor", in_float32(add, Operands::Rounded));
 LOWERING("aten::_add_relu.Tensor", add_relu);
 LOWERING("aten::_add_relu.Scalar", add_relu);
-LOWERING("aten::rsub.Tensor", in_float32(rsub, Operands::Rounded));
-LOWERING("aten::rsub.Scalar", in_float32(rsub, Operands::Rounded));
 LOWERING("aten::logaddexp", logaddexp(false));
 LOWERING("aten::logaddexp2", logaddexp(true));
 LOWERING("aten::fmax", nan_ignoring(true));
@@ -762,9 +759,13 @@ LOWERING("aten::special_zeta", zeta);
 LOWERING("aten::special_zeta.self_scalar", zeta);
 LOWERING("aten::special_zeta.other_scalar", zeta);
 LOWERING("aten::sinc", in_float32(sinc));
+// float16/bfloat16 in float32, their Scalar and 0-d operands rounded to the op's dtype first (as CPU's TensorIterator).
+LOWERING("aten::add.Tensor", in_float32(add, Operands::Rounded));
 LOWERING("aten::add.Scalar", in_float32(add, Operands::Rounded));
 LOWERING("aten::sub.Tensor", in_float32(sub, Operands::Rounded));
 LOWERING("aten::sub.Scalar", in_float32(sub, Operands::Rounded));
+LOWERING("aten::rsub.Tensor", in_float32(rsub, Operands::Rounded));
+LOWERING("aten::rsub.Scalar", in_float32(rsub, Operands::Rounded));
 LOWERING("aten::mul.Tensor", in_float32(mul));
 LOWERING("aten::mul.Scalar", in_float32(mul));
 LOWERING("aten::div.Tensor", in_float32(div));

@@ -294,8 +294,10 @@ LoweringRule index_write(ScatterCombine combine) {
     const int64_t dim = normalize_dim(c.integer(1), x.rank()), size = x.shape()[dim];
     const Value& index = c.tensor(2);
     if (index.type.numel() == 0 || out.numel() == 0) return {c.tensor(0)};
-    Value i = c.b.reshape(c.b.cast(index, DType::Int64), {index.type.numel(), 1});
-    c.check_indices(i, size, false,
+    auto column = [&](const Value& v) { return c.b.reshape(c.b.cast(v, DType::Int64), {index.type.numel(), 1}); };
+    Value i = column(index);
+    // A padded index's padding (pointed past self by the bounded rule, so the scatter skips it) is not checked.
+    c.check_indices(column(c.masked(2, c.b.scalar(0, index.dtype()))), size, false,
                     "index_copy/index_add: index out of range for dimension " + std::to_string(dim) + " with size " +
                         std::to_string(size),
                     // CPU: IndexError for index_copy and a 1-D index_add, RuntimeError for an N-D index_add
