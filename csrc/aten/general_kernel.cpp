@@ -1335,6 +1335,33 @@ bool takes_deferred(const OpPlan& plan, const std::vector<c10::IValue>& args) {
   return true;
 }
 
+// A padded pointwise output's strides come from its memory order, found at
+// probe sizes; they can differ from CPU's in size-1 dims, where TensorIterator
+// places a dim by its stride (bitwise_not(x.unfold(0, 2, 3)[:1]) keeps the
+// input's stride 6). Those take CPU's strides, which moves no element. Only
+// where a layout is not the row-major one, so batch-1 contiguous work pays nothing.
+void cpu_strides_in_size_one_dims(at::Tensor& out, const OpPlan& plan, const std::vector<c10::IValue>& args) {
+  auto row_major = [](const at::Tensor& t) {
+    int64_t inner = 1;
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
+      if (t.stride(d) != inner) return false;
+      inner *= t.size(d);
+    }
+    return true;
+  };
+  const auto sizes = out.sizes();
+  if (std::find(sizes.begin(), sizes.end(), 1) == sizes.end() ||
+      (row_major(out) && std::all_of(args.begin(), args.end(), [&](const c10::IValue& a) {
+         return !a.isTensor() || !a.toTensor().defined() || row_major(a.toTensor());
+       })))
+    return;
+  const auto cpu = tensor_iterator_strides(plan.name, plan.is_out, args, sizes.vec());
+  if (!cpu || at::IntArrayRef(*cpu) == out.strides()) return;
+  for (int64_t d = 0; d < out.dim(); ++d)
+    if (out.size(d) != 1 && (*cpu)[d] != out.stride(d)) return;
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(sizes.vec(), *cpu);
+}
+
 // Runs the op on its inputs' padded values when it can (see BoundedCall):
 // true when it did. Otherwise the op takes the exact path, which reads padded
 // tensors cut to their real sizes.
@@ -1612,6 +1639,7 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
       }
       outputs.push_back(wrap_padded(results[k], stored, dtype, dev, unknown).permute(back));
     }
+    if (plan.pointwise && any_bounded) cpu_strides_in_size_one_dims(outputs.back(), plan, args);
   }
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan()) {
     std::vector<TensorType> types;

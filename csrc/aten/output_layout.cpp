@@ -53,10 +53,8 @@ std::optional<std::vector<int64_t>> channels_last_strides(const std::string& op,
   return std::nullopt;
 }
 
-// A pointwise op's output strides as TensorIterator computes them from its
-// inputs' strides (CPU's and CUDA's rule), by building one over meta
-// stand-ins: the meta kernels (Python) agree except in the strides of size-1
-// dimensions. None when the inputs do not give `sizes`.
+}  // namespace
+
 std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::string& op, const std::vector<bool>& is_out,
                                                             const std::vector<c10::IValue>& args,
                                                             const std::vector<int64_t>& sizes) {
@@ -87,6 +85,8 @@ std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::string& o
     return std::nullopt;
   }
 }
+
+namespace {
 
 // Ops whose CPU kernels lay their outputs out as TensorIterator does over
 // their inputs: the pointwise ones, and floor_divide (TensorIterator's, untagged).

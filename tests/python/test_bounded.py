@@ -145,6 +145,19 @@ def test_factories_of_a_bounded_size_come_out_padded():
         close(causal_block(marked(x)), causal_block(x))
 
 
+def test_a_pointwise_output_of_a_padded_view_has_cpu_strides_in_size_one_dims():
+    """TensorIterator places a size-1 dim by its stride: bitwise_not of
+    x.unfold(0, 2, 3)[:1] keeps the input's stride 6 there (found by the random
+    programs under TORCH_TPU_DYNAMIC=auto), and x * 2 of that lays it out again."""
+    for n, dim in [(3, 1), (5, 0)]:
+        x = torch.tensor([[2, -6], [-6, 1], [-3, 4], [5, 7], [0, 9]][:n])
+        box = x.unfold(0, 2, 3)[:1]
+        padded_box = marked(x.to("tpu"), dim).unfold(0, 2, 3)[:1]
+        for f in (torch.bitwise_not, lambda t: torch.bitwise_not(t) * 2, lambda t: torch.bitwise_not(t).add_(1)):
+            want, got = f(box), f(padded_box)
+            assert torch.equal(got.cpu(), want) and got.stride() == want.stride(), (n, dim, got.stride(), want.stride())
+
+
 FACTORIES = """
 import torch, torch_tpu
 ids = torch_tpu.mark_dynamic(torch.zeros(1, 11, dtype=torch.long, device="tpu"), 1, max=64)
