@@ -595,6 +595,6 @@ LOWERING("aten::norm.Scalar", vector_norm);
 LOWERING("aten::norm.ScalarOpt_dim", vector_norm);
 LOWERING("aten::norm.ScalarOpt_dim_dtype", vector_norm);
 LOWERING("aten::histc", histc);
-LOWERING("aten::segment_reduce", in_float32(segment_reduce));
+LOWERING("aten::segment_reduce", in_float32(segment_reduce, Operands::Indices));
 
 }  // namespace torch_tpu::lowering

@@ -214,7 +214,15 @@ LoweringRule in_float32(LoweringRule rule, Operands operands) {
       t.dtype = opmath_type(t.dtype);
     }
     if (!low) return rule(c);
-    LoweringContext w{c.b, c.args, wide};
+    // A tensor operand of another dtype (integers: float16 x int64 [n] is
+    // float16) is cast to the narrow dtype first, as TensorIterator casts its
+    // inputs to the common dtype: int64 2^62 is inf in float16.
+    std::vector<LoweringArg> args = c.args;
+    for (LoweringArg& a : args)
+      if (operands != Operands::Indices && a.kind == LoweringArg::Tensor && a.tensor.rank() > 0 &&
+          a.tensor.dtype() != c.out().dtype && !stablehlo::is_float(a.tensor.dtype()))
+        a.tensor = c.b.cast(a.tensor, c.out().dtype);
+    LoweringContext w{c.b, args, wide};
     w.bounds = c.bounds;
     if (operands == Operands::Rounded) w.operands_rounded_to = c.out().dtype;
     std::vector<Value> out = rule(w);

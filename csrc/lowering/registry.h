@@ -178,7 +178,10 @@ inline DType opmath_type(DType t) {
 // output (a Scalar, a 0-d float32 tensor): exactly (the kernels of mul, div,
 // lerp and the activations read it as float), or first rounded to the op's
 // dtype (add, sub, remainder: TensorIterator casts it to the common dtype).
-enum class Operands { Exact, Rounded };
+// Either way an integer tensor of rank > 0 is an operand TensorIterator casts
+// to the op's dtype first, unless the op takes integer tensors as Indices
+// (segment_reduce's lengths).
+enum class Operands { Exact, Rounded, Indices };
 
 // `rule` computed in float32 where the outputs are bfloat16 or float16 and
 // rounded once at the end (PyTorch's opmath: what its CPU and CUDA kernels

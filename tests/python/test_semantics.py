@@ -146,7 +146,7 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
     "mixed dtypes of an empty matmul": Known(
         "CPU returns an empty result for a matmul of two dtypes when an operand is empty; tpu raises its dtype error",
         lambda d, line: (
-            d.kind == "tpu raised" and "expected scalar type" in d.detail and ("@" in line or "matmul(" in line)
+            d.kind == "tpu raised" and "expected scalar type" in d.detail and re.search(r"@|\b(matmul|b?mm)\(", line)
         ),
     ),
 }

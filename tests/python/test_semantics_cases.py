@@ -159,6 +159,12 @@ BITWISE = {
         grid(d, dt) * t(0.1, d),
     ),
     "remainder by a number": lambda d, dt: torch.remainder(grid(d, dt), 0.7),
+    # TensorIterator casts an int64 tensor to the common dtype first: 2^62 is inf in float16 (seed 1, program 1319).
+    "an integer tensor operand is cast to the dtype first": lambda d, dt: (
+        torch.atan2(t(inf, d, dtype=dt), t([2**62, -5, 4097, 0], d)),
+        torch.ones(4, dtype=dt, device=d) * t([2**62, -5, 4097, 3], d),
+        torch.pow(t([1.5, 1.01, -2.0, 1.001], d, dtype=dt), t([3, 200, 5, 4097], d)),
+    ),
     # XLA multiplies by the reciprocal of a broadcast divisor (x / 3 one ulp off in a third of float32 elements).
     "float32 division by a number is correctly rounded": lambda d, dt: (
         grid(d, torch.float32) / 3,
@@ -328,6 +334,10 @@ LAYOUTS = {
         2.5, torch.arange(6.0, device=d).view(2, 3).t()
     ),
     "isinf of integers is zeros_like (seed 3: 643)": lambda d: torch.isinf(t([0, 5, 0, -9], d).reshape(4, 1)[:, :3:3]),
+    "clamp of integers by a float iterates over self.to(float) (seed 1: 915)": lambda d: (
+        torch.clamp(torch.arange(16, dtype=torch.uint8, device=d).reshape(4, 2, 2)[1:6, :-1:3], None, -inf),
+        torch.clamp_min(torch.arange(24, dtype=torch.uint8, device=d).reshape(4, 3, 2).transpose(0, 1)[:, ::2], 2.5),
+    ),
     "and so cannot be viewed flat": lambda d: (torch.arange(6.0, device=d).view(2, 3).t() + 1).view(-1),
     "a binary op of a transposed and a broadcast input": lambda d: (
         torch.arange(12.0, device=d).view(3, 4).t() * t([1.0, 2.0, 3.0], d)
