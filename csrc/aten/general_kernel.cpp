@@ -1446,6 +1446,7 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   // cache written at a padded cache_position): the functional op's result is
   // plain, x's shape, and is written into x.
   const bool into_plain = writes_self && !plan.pointwise && !padded(args[0].toTensor());
+  if (in_place || into_plain) check_writes(plan, args, {});  // x.sub_(x[1]) raises as CPU does
   const std::string& rule_op = plan.functional ? full_name(plan.functional->operator_name()) : plan.name;
   BoundedCall call;
   call.reads.resize(n);
