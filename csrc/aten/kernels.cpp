@@ -148,8 +148,10 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_bloc
   if (dst.device().type() == kTpu) {  // host (or another tpu) -> tpu
     at::Tensor host = src.device().type() == kTpu ? download(src) : src;
     host = host.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
-    // A model's parameters, copied in a burst of shapes, are not one dim that varies.
-    if (src.device().type() != kTpu && !src.requires_grad() && upload_bounded(host, dst)) return dst;
+    // A model's parameters, copied in a burst of shapes (model.to("tpu"), or
+    // load_state_dict into tpu parameters), are not one dim that varies.
+    if (src.device().type() != kTpu && !src.requires_grad() && !dst.requires_grad() && upload_bounded(host, dst))
+      return dst;
     write_dense(dst, upload(host, device_index(dst)));
     return dst;
   }

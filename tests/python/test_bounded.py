@@ -403,6 +403,11 @@ import torch, torch_tpu
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 64), torch.nn.Linear(64, 8)).to("tpu")
 assert torch_tpu.metrics().get("dynamic_dims", 0) == 0  # parameters copied in a burst of shapes: not one varying dim
+cpu_model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 64), torch.nn.Linear(64, 8))
+model.load_state_dict(cpu_model.state_dict())  # copies into tpu parameters: not bounded either
+assert torch_tpu.metrics().get("dynamic_dims", 0) == 0 and all(
+    torch_tpu._C._padded_shape(p) is None for p in model.parameters()
+)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     first = [torch.randn(13, n, dtype=torch.float64).to("tpu") for n in (5, 9, 17, 20)]
