@@ -1335,11 +1335,12 @@ bool takes_deferred(const OpPlan& plan, const std::vector<c10::IValue>& args) {
   return true;
 }
 
-// A padded pointwise output's strides come from its memory order, found at
-// probe sizes; they can differ from CPU's in size-1 dims, where TensorIterator
-// places a dim by its stride (bitwise_not(x.unfold(0, 2, 3)[:1]) keeps the
-// input's stride 6). Those take CPU's strides, which moves no element. Only
-// where a layout is not the row-major one, so batch-1 contiguous work pays nothing.
+// A padded output's strides come from its memory order, found at probe
+// sizes; they can differ from CPU's (lay_out_like_cpu at the real sizes) in
+// size-1 dims, where TensorIterator places a dim by its stride
+// (bitwise_not(x.unfold(0, 2, 3)[:1]) keeps the input's stride 6) and
+// masked_fill is contiguous. Those take CPU's strides, which moves no
+// element. Only where a layout is not row-major: batch-1 work pays nothing.
 void cpu_strides_in_size_one_dims(at::Tensor& out, const OpPlan& plan, const std::vector<c10::IValue>& args) {
   auto row_major = [](const at::Tensor& t) {
     int64_t inner = 1;
@@ -1355,11 +1356,13 @@ void cpu_strides_in_size_one_dims(at::Tensor& out, const OpPlan& plan, const std
          return !a.isTensor() || !a.toTensor().defined() || row_major(a.toTensor());
        })))
     return;
-  const auto cpu = tensor_iterator_strides(plan.name, plan.is_out, args, sizes.vec());
-  if (!cpu || at::IntArrayRef(*cpu) == out.strides()) return;
+  std::vector<std::vector<int64_t>> strides{out.strides().vec()};
+  lay_out_like_cpu(plan.name, plan.pointwise, plan.is_out, args, {{to_dtype(out.scalar_type()), sizes.vec()}}, strides);
+  const std::vector<int64_t>& cpu = strides[0];
+  if (at::IntArrayRef(cpu) == out.strides()) return;
   for (int64_t d = 0; d < out.dim(); ++d)
-    if (out.size(d) != 1 && (*cpu)[d] != out.stride(d)) return;
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(sizes.vec(), *cpu);
+    if (out.size(d) != 1 && cpu[d] != out.stride(d)) return;
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(sizes.vec(), cpu);
 }
 
 // Runs the op on its inputs' padded values when it can (see BoundedCall):
@@ -1446,7 +1449,8 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
   // cache written at a padded cache_position): the functional op's result is
   // plain, x's shape, and is written into x.
   const bool into_plain = writes_self && !plan.pointwise && !padded(args[0].toTensor());
-  if (in_place || into_plain) check_writes(plan, args, {});  // x.sub_(x[1]) raises as CPU does
+  // x.sub_(x[1]) raises as CPU does (not over deferred sizes, which it would learn: a sync).
+  if ((in_place || into_plain) && !has_deferred) check_writes(plan, args, {});
   const std::string& rule_op = plan.functional ? full_name(plan.functional->operator_name()) : plan.name;
   BoundedCall call;
   call.reads.resize(n);
@@ -1640,7 +1644,7 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
       }
       outputs.push_back(wrap_padded(results[k], stored, dtype, dev, unknown).permute(back));
     }
-    if (plan.pointwise && any_bounded) cpu_strides_in_size_one_dims(outputs.back(), plan, args);
+    if (any_bounded && !has_deferred) cpu_strides_in_size_one_dims(outputs.back(), plan, args);
   }
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan()) {
     std::vector<TensorType> types;

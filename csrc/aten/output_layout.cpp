@@ -53,8 +53,10 @@ std::optional<std::vector<int64_t>> channels_last_strides(const std::string& op,
   return std::nullopt;
 }
 
-}  // namespace
-
+// A pointwise op's output strides as TensorIterator computes them from its
+// inputs' strides (CPU's and CUDA's rule), by building one over meta
+// stand-ins: the meta kernels (Python) agree except in the strides of size-1
+// dimensions. None when the inputs do not give `sizes`.
 std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::string& op, const std::vector<bool>& is_out,
                                                             const std::vector<c10::IValue>& args,
                                                             const std::vector<int64_t>& sizes) {
@@ -85,8 +87,6 @@ std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::string& o
     return std::nullopt;
   }
 }
-
-namespace {
 
 // Ops whose CPU kernels lay their outputs out as TensorIterator does over
 // their inputs: the pointwise ones, and floor_divide (TensorIterator's, untagged).

@@ -21,12 +21,4 @@ void lay_out_like_cpu(const std::string& op, bool pointwise, const std::vector<b
                       const std::vector<c10::IValue>& args, const std::vector<stablehlo::TensorType>& outs,
                       std::vector<std::vector<int64_t>>& strides);
 
-// A pointwise op's output strides as TensorIterator computes them from its
-// inputs' strides (CPU's and CUDA's rule), by building one over meta
-// stand-ins: the meta kernels (Python) agree except in the strides of size-1
-// dimensions. None when the inputs do not give `sizes`.
-std::optional<std::vector<int64_t>> tensor_iterator_strides(const std::string& op, const std::vector<bool>& is_out,
-                                                            const std::vector<c10::IValue>& args,
-                                                            const std::vector<int64_t>& sizes);
-
 }  // namespace torch_tpu::aten

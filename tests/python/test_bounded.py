@@ -156,6 +156,12 @@ def test_a_pointwise_output_of_a_padded_view_has_cpu_strides_in_size_one_dims():
         for f in (torch.bitwise_not, lambda t: torch.bitwise_not(t) * 2, lambda t: torch.bitwise_not(t).add_(1)):
             want, got = f(box), f(padded_box)
             assert torch.equal(got.cpu(), want) and got.stride() == want.stride(), (n, dim, got.stride(), want.stride())
+    # masked_fill is a contiguous clone on CPU, whatever its inputs' order (seed 0, program 91 under auto).
+    mask, x = torch.tensor([True, False, True, False]), torch.tensor([[-2.25, 2.25, -1.0, 0.25]])
+    want = (x @ x.mT).masked_fill(mask.unfold(0, 4, 1), -2)
+    tx = marked(x.to("tpu"))
+    got = (tx @ tx.mT).masked_fill(marked(mask.to("tpu"), 0).unfold(0, 4, 1), -2)
+    assert torch.equal(got.cpu(), want) and got.stride() == want.stride() == (4, 1), got.stride()
 
 
 FACTORIES = """
