@@ -1342,14 +1342,8 @@ bool takes_deferred(const OpPlan& plan, const std::vector<c10::IValue>& args) {
 // masked_fill is contiguous. Those take CPU's strides, which moves no
 // element. Only where a layout is not row-major: batch-1 work pays nothing.
 void cpu_strides_in_size_one_dims(at::Tensor& out, const OpPlan& plan, const std::vector<c10::IValue>& args) {
-  auto row_major = [](const at::Tensor& t) {
-    int64_t inner = 1;
-    for (int64_t d = t.dim() - 1; d >= 0; --d) {
-      if (t.stride(d) != inner) return false;
-      inner *= t.size(d);
-    }
-    return true;
-  };
+  // (is_contiguous() ignores size-1 dims' strides, which are the point here.)
+  auto row_major = [](const at::Tensor& t) { return t.strides() == c10::contiguous_strides(t.sizes()); };
   const auto sizes = out.sizes();
   if (std::find(sizes.begin(), sizes.end(), 1) == sizes.end() ||
       (row_major(out) && std::all_of(args.begin(), args.end(), [&](const c10::IValue& a) {

@@ -107,19 +107,21 @@ void lay_out_like_cpu(const std::string& op, bool pointwise, const std::vector<b
                       const std::vector<c10::IValue>& args, const std::vector<stablehlo::TensorType>& outs,
                       std::vector<std::vector<int64_t>>& strides) {
   const size_t n = std::min(outs.size(), strides.size());
-  if (lays_out_like_its_inputs(op, pointwise))
-    for (size_t k = 0; k < n; ++k)
-      if (auto ti = tensor_iterator_strides(op, is_out, args, outs[k].shape)) strides[k] = *ti;
   // clamp of an integer tensor by a float number: CPU's meta promotes self
   // first (self.to(float): dense strides), then iterates over that copy.
-  if ((op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") && n > 0 && args[0].isTensor() &&
-      c10::isIntegralType(args[0].toTensor().scalar_type(), /*includeBool=*/true) &&
-      stablehlo::is_float(outs[0].dtype)) {
+  const bool clamp_promotes =
+      (op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") && n > 0 && args[0].isTensor() &&
+      c10::isIntegralType(args[0].toTensor().scalar_type(), /*includeBool=*/true) && stablehlo::is_float(outs[0].dtype);
+  std::vector<c10::IValue> promoted;
+  if (clamp_promotes) {
     const at::Tensor& self = args[0].toTensor();
-    std::vector<c10::IValue> promoted = args;
+    promoted = args;
     promoted[0] = at::empty_strided(self.sizes(), empty_like_strides(self), self.options().device(at::kMeta));
-    if (auto ti = tensor_iterator_strides(op, is_out, promoted, outs[0].shape)) strides[0] = *ti;
   }
+  if (lays_out_like_its_inputs(op, pointwise))
+    for (size_t k = 0; k < n; ++k)
+      if (auto ti = tensor_iterator_strides(op, is_out, clamp_promotes ? promoted : args, outs[k].shape))
+        strides[k] = *ti;
   // isinf of integers is zeros_like(self): no element can be infinite.
   const bool isinf_of_integers = op == "aten::isinf" && !at::isFloatingType(args[0].toTensor().scalar_type()) &&
                                  !at::isComplexType(args[0].toTensor().scalar_type());
