@@ -1,5 +1,8 @@
 #include "runtime/disk_cache.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <vector>
 
 namespace torch_tpu::runtime {
@@ -144,6 +148,61 @@ bool DiskCache::store(const std::string& key, const std::string& payload, const 
   return true;
 }
 
+DiskCache::EntryLock& DiskCache::EntryLock::operator=(EntryLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+DiskCache::EntryLock::~EntryLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+DiskCache::EntryLock DiskCache::lock_entry(const std::string& key, double timeout_s, LockWait* wait) {
+  if (!enabled()) return {};
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  const std::string path = path_for(key) + ".lock";
+  const auto start = std::chrono::steady_clock::now();
+  auto waited_us = [&] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+  };
+  // Polled, not a blocking flock, so that the wait has a limit: a holder
+  // stuck in its compiler must not hang every other process.
+  auto pause = std::chrono::milliseconds(1);
+  bool contended = false;
+  while (true) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return {};
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) {
+        ::close(fd);
+        return {};
+      }
+      if (waited_us() > static_cast<int64_t>(timeout_s * 1e6)) {
+        ::close(fd);
+        if (wait) *wait = {waited_us(), true};
+        return {};
+      }
+      contended = true;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(20));
+    }
+    // The file may have been removed (cache clear) while we waited: a lock
+    // on a name no longer in the directory excludes nobody, so lock afresh.
+    struct stat held {
+    }, named{};
+    if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev) {
+      if (wait) *wait = {contended ? waited_us() : 0, false};
+      return EntryLock(fd);
+    }
+    ::close(fd);
+  }
+}
+
 int64_t DiskCache::evict() {
   struct Entry {
     fs::path path;
@@ -166,6 +225,7 @@ int64_t DiskCache::evict() {
     if (fs::remove(e.path, ec)) total -= e.bytes;
     fs::remove(e.path.string() + ".info", ec);
     fs::remove(e.path.string() + ".hits", ec);
+    fs::remove(e.path.string() + ".lock", ec);  // a holder's waiters see the name gone and lock afresh
   }
   return total;
 }

@@ -10,6 +10,8 @@
 // replaced. The directory is kept under a size limit by evicting the least
 // recently used entries (a hit refreshes an entry's modification time); the
 // directory is scanned when this object's running total passes the limit.
+// Processes on one host compile an entry once: the compiler holds the entry's
+// lock (lock_entry) and the others wait for it, then load what it stored.
 // The runtime keeps one per process (Runtime::disk_cache()).
 #pragma once
 
@@ -18,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch_tpu::runtime {
@@ -56,6 +59,32 @@ class DiskCache {
     int64_t age_s = 0;  // since last use
   };
   std::vector<Entry> entries() const;
+
+  // An entry's lock, exclusive across the processes (and threads) of a host:
+  // flock(2) on `<entry>.lock`, so the kernel releases it when its holder
+  // exits, crashed or not: no lock outlives its process. Released on
+  // destruction. Not held when the directory cannot be written or the wait
+  // passed its limit (the caller then compiles anyway).
+  class EntryLock {
+   public:
+    EntryLock() = default;
+    explicit EntryLock(int fd) : fd_(fd) {}
+    EntryLock(EntryLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    EntryLock& operator=(EntryLock&& other) noexcept;
+    EntryLock(const EntryLock&) = delete;
+    EntryLock& operator=(const EntryLock&) = delete;
+    ~EntryLock();
+    bool held() const { return fd_ >= 0; }
+
+   private:
+    int fd_ = -1;
+  };
+  struct LockWait {
+    int64_t waited_us = 0;   // time another holder kept this one waiting
+    bool timed_out = false;  // waited `timeout_s` and gave up
+  };
+  // Takes `key`'s lock, waiting at most `timeout_s` for another holder.
+  EntryLock lock_entry(const std::string& key, double timeout_s, LockWait* wait);
 
   struct Info {
     std::string dir;

@@ -340,6 +340,8 @@ Runtime::Runtime() {
       static_cast<size_t>(positive_env("TORCH_TPU_MAX_EXECUTABLES", 4096, "executables to keep loaded (default 4096)"));
   mapping_budget_ = positive_env("TORCH_TPU_MAX_MAPPINGS", mapping_limit() / 2,
                                  "memory mappings (default: half of vm.max_map_count)");
+  compile_lock_timeout_s_ = positive_env("TORCH_TPU_COMPILE_LOCK_TIMEOUT", 600,
+                                         "seconds to wait for another process's compile of a program (default 600)");
   check_nan_ = env("TORCH_TPU_DEBUG_CHECK_NAN") == "1";
   if (std::string m = env("TORCH_TPU_EAGER_MODE"); !m.empty()) {
     if (m == "debug")
@@ -648,27 +650,48 @@ void Runtime::refuse_if_cache_only(const Program& program) {
 }
 
 // Called with program.compile_mutex held: the executable from the disk
-// cache, or compiled now (and stored there).
+// cache, or compiled now (and stored there). Processes of one host compile
+// it once: the compiler holds the entry's lock, the others wait and load.
 std::shared_ptr<pjrt::Executable> Runtime::load_or_compile(const Program& program, bool* from_disk) {
   DiskCache& disk = *disk_;
   DiskCache::Lookup lookup = DiskCache::Lookup::Miss;
-  const auto load_start = std::chrono::steady_clock::now();
-  if (auto bytes = disk.load(program.disk_key, &lookup)) {
+  auto load = [&] {
+    const auto load_start = std::chrono::steady_clock::now();
+    auto bytes = disk.load(program.disk_key, &lookup);
+    if (!bytes) return false;
     try {
       program.executable = client_->deserialize(*bytes);
-      count("disk_cache_hits");
-      count("disk_load_us", microseconds_since(load_start));
-      tell_listener(program, "disk cache hit", static_cast<double>(microseconds_since(load_start)) / 1e3);
-      if (from_disk) *from_disk = true;
-      mark_loaded(program, true);
-      return program.executable;
     } catch (const pjrt::Error&) {
       lookup = DiskCache::Lookup::Rejected;  // a valid file the plugin refuses: compile afresh below
+      return false;
     }
-  }
+    count("disk_cache_hits");
+    count("disk_load_us", microseconds_since(load_start));
+    tell_listener(program, "disk cache hit", static_cast<double>(microseconds_since(load_start)) / 1e3);
+    if (from_disk) *from_disk = true;
+    mark_loaded(program, true);
+    return true;
+  };
+  if (load()) return program.executable;
   if (lookup == DiskCache::Lookup::Rejected) count("disk_cache_rejected");
   if (disk.enabled()) count("disk_cache_misses");
   refuse_if_cache_only(program);
+  DiskCache::LockWait wait;
+  DiskCache::EntryLock entry_lock =
+      disk.lock_entry(program.disk_key, static_cast<double>(compile_lock_timeout_s_), &wait);
+  if (wait.waited_us > 0 || wait.timed_out) {
+    count("compile_lock_waits");
+    count("compile_lock_wait_us", wait.waited_us);
+  }
+  if (wait.timed_out) {
+    count("compile_lock_timeouts");
+    std::fprintf(stderr,
+                 "torch_tpu: warning: waited %lld s for another process to compile %s; compiling it here too "
+                 "(TORCH_TPU_COMPILE_LOCK_TIMEOUT sets the wait).\n",
+                 static_cast<long long>(compile_lock_timeout_s_), program_family(program.key).c_str());
+  }
+  // Whoever held the lock has stored the entry by now (unless it failed).
+  if (entry_lock.held() && lookup != DiskCache::Lookup::Rejected && load()) return program.executable;
   const auto compile_start = std::chrono::steady_clock::now();
   try {
     program.executable = client_->compile(program.mlir, program.compile_options);

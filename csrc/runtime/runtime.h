@@ -397,6 +397,7 @@ class Runtime {
   std::list<std::weak_ptr<const Program>> loaded_;
   size_t max_executables_ = 4096;   // TORCH_TPU_MAX_EXECUTABLES
   int64_t mapping_budget_ = 32765;  // TORCH_TPU_MAX_MAPPINGS, half of vm.max_map_count
+  int64_t compile_lock_timeout_s_ = 600;  // TORCH_TPU_COMPILE_LOCK_TIMEOUT: the longest wait for another's compile
   int64_t unloaded_executables_ = 0;
   int64_t mapping_pressure_unloads_ = 0;  // rounds of unloading for mappings
   int64_t loads_until_mapping_check_ = 0;

@@ -1,11 +1,14 @@
 """The persistent compilation cache (TORCH_TPU_CACHE_DIR): shared across processes,
-atomic writes, corrupt entries recompiled and replaced, a size limit with LRU
-eviction, and `python -m torch_tpu cache {info,clear}`."""
+each program compiled once per host (a per-entry lock), atomic writes, corrupt
+entries recompiled and replaced, a size limit with LRU eviction, and
+`python -m torch_tpu cache {info,clear}`."""
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch_tpu
@@ -91,6 +94,80 @@ def test_info_clear_and_cli(tmp_path, monkeypatch):
     cleared = run(tmp_path, code="from torch_tpu.__main__ import main; main(['cache', 'clear'])")
     assert f"removed {n} entries" in cleared.stdout
     assert torch_tpu.cache_info()["entries"] == 0
+
+
+# Ranks of one host start together and run the same programs: each process
+# waits at a barrier (a file per process), then compiles 40 shapes of three ops.
+SAME_PROGRAMS = """
+import json, sys, time, torch, torch_tpu
+from pathlib import Path
+barrier = Path(sys.argv[1])
+(barrier / str(__import__("os").getpid())).touch()
+while len(list(barrier.iterdir())) < int(sys.argv[2]):
+    time.sleep(0.001)
+total = sum(torch.ones(n, 7, device="tpu").mul(n).cumsum(0).sum().item() for n in range(1, 41))
+m = torch_tpu.metrics()
+print(json.dumps({"total": total, **{k: m.get(k, 0) for k in
+      ("compiles", "disk_cache_hits", "compile_lock_waits", "compile_lock_timeouts")}}))
+"""
+
+
+def launch_same_programs(cache_dir, barrier, ranks, **env):
+    full = {**os.environ, "TORCH_TPU_CACHE_DIR": str(cache_dir), "TORCH_TPU_EAGER_MODE": "strict", **env}
+    cmd = [sys.executable, "-c", SAME_PROGRAMS, str(barrier), str(ranks)]
+    return [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full) for _ in range(ranks)
+    ]
+
+
+def results(procs):
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=300)
+        assert p.returncode == 0, stderr
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def test_processes_of_a_host_compile_each_program_once(tmp_path):
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    a, b = results(launch_same_programs(tmp_path / "cache", barrier, 2))
+    assert a["total"] == b["total"]
+    programs = a["compiles"] + a["disk_cache_hits"]  # every program this process ran, compiled or loaded
+    assert programs >= 120 and b["compiles"] + b["disk_cache_hits"] == programs
+    # Together they compiled each program once; the other loaded it (without the lock, both compile most).
+    assert a["compiles"] + b["compiles"] == programs, (a, b)
+    assert a["compile_lock_waits"] + b["compile_lock_waits"] > 0, (a, b)
+    assert a["compile_lock_timeouts"] == b["compile_lock_timeouts"] == 0
+
+
+def test_a_killed_compiler_leaves_no_stale_lock(tmp_path):
+    """A process killed while it compiles (holding an entry's lock) releases
+    the lock with its death: the next process compiles that entry at once."""
+    cache = tmp_path / "cache"
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (holder,) = launch_same_programs(cache, barrier, 1)
+    caught = None
+    deadline = time.monotonic() + 120
+    while caught is None and holder.poll() is None and time.monotonic() < deadline:
+        for lock in cache.glob("*.lock") if cache.exists() else ():
+            with open(lock, "rb") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    caught = lock
+                    break
+        time.sleep(0.0005)
+    holder.kill()
+    holder.wait()
+    assert caught is not None, "never saw the compiling process hold a lock"
+    barrier2 = tmp_path / "barrier2"
+    barrier2.mkdir()
+    (after,) = results(launch_same_programs(cache, barrier2, 1, TORCH_TPU_COMPILE_LOCK_TIMEOUT="60"))
+    assert after["compiles"] > 0 and after["compile_lock_waits"] == 0, after
 
 
 # 80 shapes of three ops, twice: 240 programs (80 windows in Fused mode) with
