@@ -76,12 +76,26 @@ class _Encoded:
     key: str  # the program's cache key
     host_inputs: list  # graph inputs on CPU (an eager optimizer's step counts)
     host_outputs: list  # graph outputs that go back to the CPU
-    scalars: list  # placeholders holding a plain number (a specialized size)
+    scalars: list  # placeholders that are not program inputs: plain numbers (a specialized size), opaque objects
     constant_outputs: dict  # output index -> a plain number
     constants: list  # tensors the graph holds (get_attr), program inputs after the graph's own
     views: list  # (output, base program output, size, stride, storage offset): outputs sharing a storage
     num_outputs: int  # the graph's outputs (the program's may have hidden bases after them)
     group: str  # the process group of the graph's functional collectives, or ""
+    passed_outputs: dict  # output index -> the graph input (an opaque object) it returns as is
+
+
+@dataclasses.dataclass
+class _Passed:
+    """An opaque graph input (a ScriptObject: DTensor's mesh and placements
+    under torch.compile): not a program input; returned as is where the graph
+    returns it."""
+
+    position: int
+
+
+def _opaque(val) -> bool:
+    return isinstance(val, (torch.ScriptObject, torch._library.fake_class_registry.FakeScriptObject))
 
 
 def _encode(gm: torch.fx.GraphModule) -> _Encoded:
@@ -91,8 +105,9 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
     refs = {}  # fx node -> ("v", k, j) or a list of refs (multi-output)
     inputs, nodes, outputs, mutations, constants = [], [], [], [], []
     host_inputs, host_outputs = [], []  # CPU tensors in the graph (an eager optimizer's step counts)
-    scalars = []  # placeholders holding a plain number (a specialized size): constants, not program inputs
+    scalars = []  # placeholders that are not program inputs: plain numbers (constants), opaque objects
     constant_outputs = {}  # output index -> a plain number
+    passed_outputs = {}  # output index -> the position of the opaque graph input it returns
     keys = 0  # random keys: a random op's generator, fed fresh per call
     output_vals = []  # the traced value of each graph output
     groups = set()  # process groups of the graph's functional collectives
@@ -103,6 +118,8 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
             r = refs[a]
             if isinstance(r, list):
                 raise _Unsupported(f"a tuple value used directly ({a})")
+            if isinstance(r, _Passed):
+                raise _Unsupported(f"an opaque graph input used by an op ({a})")
             return r
         if isinstance(a, (list, tuple)):
             return [arg(x) for x in a]
@@ -123,6 +140,10 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
             if val is None or type(val) in (int, float, bool, str):  # a plain value: a constant of this program
                 scalars.append(len(inputs) + len(scalars))
                 refs[node] = val
+                continue
+            if _opaque(val):  # a DTensor's mesh or spec: handed back as is, never an op's argument
+                refs[node] = _Passed(len(inputs) + len(scalars))
+                scalars.append(refs[node].position)
                 continue
             if not isinstance(val, torch.Tensor):
                 raise _Unsupported(f"a non-tensor graph input ({node.name}: {type(val).__name__})")
@@ -203,6 +224,10 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
                 output_vals.append(val)
                 if isinstance(val, torch.Tensor) and val.device.type == "cpu":
                     host_outputs.append(len(outputs))
+                if isinstance(o, torch.fx.Node) and isinstance(refs[o], _Passed):
+                    passed_outputs[len(outputs)] = refs[o].position
+                    outputs.append(None)
+                    continue
                 r = None if o is None else arg(o)
                 if r is not None and not (isinstance(r, tuple) and r[0] == "v"):
                     constant_outputs[len(outputs)] = r  # a size of a specialized graph, returned as is
@@ -238,6 +263,7 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
         views,
         num_outputs,
         groups.pop() if groups else "",
+        passed_outputs,
     )
 
 
@@ -247,14 +273,20 @@ _WAIT_TENSOR = torch.ops._c10d_functional.wait_tensor.default if torch.distribut
 def _group_size(name: str) -> int:
     """The size of process group `name`, whose collectives a compiled graph runs
     in its program: possible when its ranks are threads of this process."""
+    if reason := _host_staged(name):
+        raise _Unsupported(reason)
+    return torch.distributed.distributed_c10d._resolve_process_group(name).size()
+
+
+def _host_staged(name: str) -> str:
+    """Why process group `name` cannot run a program's collectives, or ""."""
     group = torch.distributed.distributed_c10d._resolve_process_group(name)
-    backend = group._get_backend(torch.device("tpu"))
-    if getattr(backend, "host_staged", True):
-        raise _Unsupported(
+    if getattr(group._get_backend(torch.device("tpu")), "host_staged", True):
+        return (
             f"collectives of process group {name!r}, whose ranks are processes (host staging); "
             "a program runs collectives across the ranks only when they are threads of one process"
         )
-    return group.size()
+    return ""
 
 
 def _value_of(gm, refs, ref):
@@ -707,7 +739,13 @@ def _build(gm: torch.fx.GraphModule, name: str):
     def run(args):
         if eager is not None:
             given = list(args)
-        if g.scalars:  # sizes baked into this program
+        if g.group and (reason := _host_staged(g.group)):
+            # Dynamo reuses this graph for a new group of the same name (its
+            # guards do not see the group): one whose ranks are processes.
+            warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {reason}", stacklevel=2)
+            return eager(list(args))
+        passed = {i: args[p] for i, p in g.passed_outputs.items()}
+        if g.scalars:  # sizes baked into this program, and opaque inputs
             args = [a for i, a in enumerate(args) if i not in g.scalars]
         if g.host_inputs:  # CPU scalars (step counts) join the program as device values
             host = {i: args[i] for i in host_mutated}
@@ -730,6 +768,8 @@ def _build(gm: torch.fx.GraphModule, name: str):
             result[i] = result[i].cpu()
         for i, value in g.constant_outputs.items():
             result[i] = value
+        for i, obj in passed.items():
+            result[i] = obj
         return result
 
     run._boxed_call = True
