@@ -82,7 +82,7 @@ class _Encoded:
     views: list  # (output, base program output, size, stride, storage offset): outputs sharing a storage
     num_outputs: int  # the graph's outputs (the program's may have hidden bases after them)
     group: str  # the process group of the graph's functional collectives, or ""
-    passed_outputs: dict  # output index -> the graph input (an opaque object) it returns as is
+    passed_outputs: dict  # output index -> the graph input (a tensor or an opaque object) it returns as is
 
 
 @dataclasses.dataclass
@@ -107,7 +107,8 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
     host_inputs, host_outputs = [], []  # CPU tensors in the graph (an eager optimizer's step counts)
     scalars = []  # placeholders that are not program inputs: plain numbers (constants), opaque objects
     constant_outputs = {}  # output index -> a plain number
-    passed_outputs = {}  # output index -> the position of the opaque graph input it returns
+    passed_outputs = {}  # output index -> the position of the graph input it returns as is
+    positions = {}  # tensor placeholder -> its position among the graph's arguments
     keys = 0  # random keys: a random op's generator, fed fresh per call
     output_vals = []  # the traced value of each graph output
     groups = set()  # process groups of the graph's functional collectives
@@ -149,6 +150,7 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
                 raise _Unsupported(f"a non-tensor graph input ({node.name}: {type(val).__name__})")
             if val.device.type == "cpu":
                 host_inputs.append(len(inputs))
+            positions[node] = len(inputs) + len(scalars)
             refs[node] = ("v", -1, len(inputs))
             inputs.append(_types(val)[0])
         elif node.op == "get_attr":  # after every placeholder, as FX orders them
@@ -226,6 +228,13 @@ def _encode(gm: torch.fx.GraphModule) -> _Encoded:
                     host_outputs.append(len(outputs))
                 if isinstance(o, torch.fx.Node) and isinstance(refs[o], _Passed):
                     passed_outputs[len(outputs)] = refs[o].position
+                    outputs.append(None)
+                    continue
+                j = refs[o][2] if o in positions else None
+                if j is not None and j not in host_inputs and all(m[0] != j for m in mutations):
+                    # An input returned unchanged (AOTAutograd saves weights for the backward
+                    # this way): the tensor itself, as eager would, not a copy made by the program.
+                    passed_outputs[len(outputs)] = positions[o]
                     outputs.append(None)
                     continue
                 r = None if o is None else arg(o)
@@ -735,6 +744,38 @@ def _build(gm: torch.fx.GraphModule, name: str):
     host_mutated = [i for i, _ in g.mutations if i in g.host_inputs]
     tensors = g.constants
     eager = make_boxed_func(gm.forward) if g.group else None
+    spmd = {}  # the shardings of the program inputs -> this graph as an SPMD program over their mesh
+
+    def spmd_program(args):
+        # Inputs marked by torch_tpu.distributed.mark_sharding: one program over their mesh.
+        shardings = [getattr(a, "_tpu_sharding", None) for a in args]
+        marked = [s for s in shardings if s is not None]
+        if not marked or g.group:
+            return program
+        key = tuple((tuple(s.devices), tuple(s.mesh), tuple(map(tuple, s.axes))) if s else None for s in shardings)
+        if key not in spmd:
+            first = marked[0]
+            if any((s.devices, s.mesh) != (first.devices, first.mesh) for s in marked):
+                meshes = sorted({(tuple(s.mesh), tuple(s.devices)) for s in marked})
+                raise ValueError(
+                    f"torch_tpu: {name} reads tensors marked over different meshes (shape, devices: {meshes}); "
+                    "one SPMD program runs over one mesh"
+                )
+            layout = [s.axes if s else None for s in shardings] + [None] * len(tensors)
+            spmd[key] = _C._compile_graph(
+                g.key,
+                g.inputs,
+                g.nodes,
+                g.outputs,
+                g.output_strides,
+                g.keys,
+                g.mutations,
+                "",
+                layout,
+                first.mesh,
+                first.devices,
+            )
+        return spmd[key]
 
     def run(args):
         if eager is not None:
@@ -752,7 +793,7 @@ def _build(gm: torch.fx.GraphModule, name: str):
             args = list(args)
             for i in g.host_inputs:
                 args[i] = args[i].to("tpu")
-        result = _C._run_graph(program, list(args) + tensors if tensors else args)
+        result = _C._run_graph(spmd_program(args), list(args) + tensors if tensors else args)
         if result is None:  # the ranks traced different graphs (rank-dependent values): SPMD cannot run them
             _warn_diverged(name)
             args.clear()

@@ -7,8 +7,13 @@ csrc/distributed/): each one an XLA collective program over the ranks'
 devices when the ranks are threads of one process, one device each
 (`run_threads`); through host memory and gloo when they are processes on a
 plugin without multi-process collectives (the CPU plugin under torchrun).
+
+`mark_sharding` annotates a tensor for SPMD: a torch.compile(backend="tpu")
+graph reading it becomes one program that XLA's partitioner splits over the
+mesh's devices, inserting the collectives itself.
 """
 
+import math
 import os
 import socket
 import threading
@@ -20,7 +25,7 @@ import torch.distributed as dist
 
 from torch_tpu import _C
 
-__all__ = ["run_threads"]
+__all__ = ["mark_sharding", "run_threads"]
 
 
 def _create_backend(options, _backend_options=None):
@@ -122,3 +127,65 @@ def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60
     if errors:
         raise errors[0]
     return results
+
+
+class _Sharding:
+    """How mark_sharding laid a tensor over a mesh: the devices in mesh order
+    (row-major), the mesh's shape, and per tensor dim the mesh dims cutting it."""
+
+    def __init__(self, devices, mesh, axes):
+        self.devices, self.mesh, self.axes = devices, mesh, axes
+
+    def __repr__(self):
+        return f"Sharding(mesh {self.mesh} of tpu:{self.devices}, mesh dims per tensor dim {self.axes})"
+
+
+def mark_sharding(tensor, mesh, placements):
+    """Lays `tensor` (on "tpu") over `mesh` for SPMD compilation: a
+    `torch.compile(backend="tpu")` graph that reads it runs as one program
+    partitioned by XLA over the mesh's devices (each gets its piece; XLA
+    inserts the collectives). `mesh`: a DeviceMesh of "tpu" (rank r is tpu:r,
+    ranks as threads of this process) or a nested list of device indices;
+    `placements`: one `Shard(dim)` or `Replicate()` per mesh dimension. Sizes
+    must divide evenly. Returns `tensor`. The graph's outputs come back whole
+    (replicated) on the tensor's device; a graph reading no marked tensor
+    runs on one device as usual."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "tpu":
+        where = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise ValueError(f"torch_tpu.distributed.mark_sharding: expected a tensor on tpu, got one on {where}")
+    grid = torch.as_tensor(mesh.mesh if hasattr(mesh, "mesh") else mesh)
+    if grid.dtype.is_floating_point or grid.dim() == 0:
+        raise ValueError(f"torch_tpu.distributed.mark_sharding: mesh {mesh!r} is not a list of device indices")
+    devices = grid.flatten().tolist()
+    count = torch.tpu.device_count()
+    if len(set(devices)) != len(devices) or not all(0 <= d < count for d in devices):
+        raise ValueError(
+            f"torch_tpu.distributed.mark_sharding: mesh devices {devices} must be distinct tpu indices below {count}"
+        )
+    placements = list(placements)
+    if len(placements) != grid.dim():
+        raise ValueError(
+            f"torch_tpu.distributed.mark_sharding: a {grid.dim()}-D mesh {list(grid.shape)} needs one placement per "
+            f"dimension, got {placements}"
+        )
+    axes = [[] for _ in range(tensor.dim())]
+    for j, p in enumerate(placements):
+        if isinstance(p, Shard):
+            if not -tensor.dim() <= p.dim < tensor.dim():
+                raise ValueError(
+                    f"torch_tpu.distributed.mark_sharding: {p} of a tensor of shape {list(tensor.shape)}: no such dim"
+                )
+            axes[p.dim % tensor.dim()].append(j)  # mesh dims in order: the first cuts outermost, as DTensor's
+        elif not isinstance(p, Replicate):
+            raise ValueError(f"torch_tpu.distributed.mark_sharding: placement {p} (only Shard and Replicate)")
+    for d, dims in enumerate(axes):
+        n = math.prod(grid.shape[j] for j in dims)
+        if tensor.shape[d] % n:
+            raise ValueError(
+                f"torch_tpu.distributed.mark_sharding: dim {d} of shape {list(tensor.shape)} does not split evenly "
+                f"into {n} pieces over mesh {list(grid.shape)} ({placements}); pad it to a multiple of {n}"
+            )
+    tensor._tpu_sharding = _Sharding(devices, list(grid.shape), axes)
+    return tensor

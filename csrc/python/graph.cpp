@@ -17,6 +17,11 @@
 //   group:   the process group (its name) of the graph's functional
 //            collectives, or "": such a graph is one program with a partition
 //            per rank, launched by every rank at once (ranks as threads).
+//   shardings, mesh, devices: an SPMD graph (torch_tpu.distributed.mark_sharding):
+//            per input None (replicated) or, per dim, the mesh axes cutting it;
+//            the mesh's axis sizes; one partition per device of `devices`
+//            (mesh position p, row-major). XLA's partitioner splits the
+//            program over them.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -25,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <unordered_set>
@@ -59,8 +65,12 @@ struct GraphProgram {
   };
   std::vector<Mutation> mutations;
   size_t num_inputs = 0;
-  std::string source;     // where the executable came from: "memory", "disk" or "compiled"
-  double compile_ms = 0;  // lowering and compiling (or loading) it
+  using Sharding = stablehlo::Builder::Sharding;   // per dim, the mesh axes cutting it
+  std::vector<std::optional<Sharding>> shardings;  // SPMD: per input, none where replicated
+  std::vector<int64_t> mesh;                       // SPMD: the mesh's axis sizes
+  std::vector<int> devices;                        // SPMD: partition p runs on tpu:devices[p]; empty otherwise
+  std::string source;                              // where the executable came from: "memory", "disk" or "compiled"
+  double compile_ms = 0;                           // lowering and compiling (or loading) it
 };
 
 TensorType tensor_type(const py::handle& t) {
@@ -80,6 +90,27 @@ bool is_ref(const py::handle& h) {
   if (!py::isinstance<py::tuple>(h)) return false;
   auto t = h.cast<py::tuple>();
   return t.size() == 3 && py::isinstance<py::str>(t[0]) && t[0].cast<std::string>() == "v";
+}
+
+// Where partition `p` sits in `mesh` (row-major): one coordinate per axis.
+std::vector<int64_t> mesh_coordinates(const std::vector<int64_t>& mesh, int64_t p) {
+  std::vector<int64_t> at(mesh.size());
+  for (size_t a = mesh.size(); a-- > 0;) {
+    at[a] = p % mesh[a];
+    p /= mesh[a];
+  }
+  return at;
+}
+
+// How many pieces `axes` cut a dimension into, and which of them partition `at` holds.
+std::pair<int64_t, int64_t> piece_along(const std::vector<int>& axes, const std::vector<int64_t>& mesh,
+                                        const std::vector<int64_t>& at) {
+  int64_t pieces = 1, index = 0;
+  for (int a : axes) {
+    pieces *= mesh[a];
+    index = index * mesh[a] + at[a];
+  }
+  return {pieces, index};
 }
 
 struct GraphBuilder {
@@ -150,10 +181,32 @@ const lowering::LoweringRule* rule_for(const std::string& op) {
 
 std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::list& inputs, const py::list& nodes,
                                             const py::list& outputs, const py::list& output_strides, int num_keys,
-                                            const py::list& mutations, const std::string& group) {
+                                            const py::list& mutations, const std::string& group,
+                                            const py::object& shardings, const std::vector<int64_t>& mesh,
+                                            const std::vector<int>& devices) {
   auto graph = std::make_shared<GraphProgram>();
   graph->group = group;
   graph->key = "graph|" + key;
+  graph->mesh = mesh;
+  graph->devices = devices;
+  graph->shardings.resize(inputs.size());
+  if (!devices.empty()) {
+    auto list = shardings.cast<py::list>();
+    TORCH_CHECK(list.size() == inputs.size(), "torch_tpu: an SPMD graph needs a sharding (or None) per input");
+    graph->key += "|spmd mesh";
+    for (int64_t n : mesh) graph->key += " " + std::to_string(n);
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].is_none()) continue;
+      graph->shardings[i] = list[i].cast<GraphProgram::Sharding>();
+      graph->key += "|" + std::to_string(i) + ":";
+      for (const auto& axes : *graph->shardings[i]) {
+        graph->key += "{";
+        for (int a : axes) graph->key += std::to_string(a) + " ";
+        graph->key += "}";
+      }
+    }
+  }
+  const bool spmd = !devices.empty();
   graph->num_keys = num_keys;
   graph->num_inputs = inputs.size();
   graph->name = "compiled graph " + key.substr(0, 16);
@@ -204,7 +257,38 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       g.inputs.push_back(g.b.parameter({input_types.back().dtype, {input_types.back().numel()}}));
     }
     for (int i = 0; i < num_keys; ++i) g.keys.push_back(g.b.parameter({stablehlo::DType::Int64, {}}));
-    for (size_t i = 0; i < g.inputs.size(); ++i) g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
+    if (spmd) {
+      g.b.set_partitions(static_cast<int64_t>(devices.size()));
+      g.b.set_mesh(mesh);
+      for (const auto& k : g.keys) g.b.set_parameter_sharding(k, {});
+    }
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      const auto& sharding = graph->shardings[i];
+      if (!sharding) {
+        if (spmd) g.b.set_parameter_sharding(g.inputs[i], {{}});  // the flat parameter, whole everywhere
+        g.inputs[i] = g.b.reshape(g.inputs[i], input_types[i].shape);
+        continue;
+      }
+      // Partition p holds its piece row-major, so the flat whole is the pieces
+      // one after another, in the order of the axes cutting dim 0, then dim 1...:
+      // [pieces per dim..., piece...], interleaved back into the shape.
+      const auto& shape = input_types[i].shape;
+      const auto rank = static_cast<int64_t>(shape.size());
+      std::vector<int64_t> split, order, piece;
+      std::vector<int> flat_axes;
+      for (int64_t d = 0; d < rank; ++d) {
+        const int64_t pieces = piece_along((*sharding)[d], mesh, std::vector<int64_t>(mesh.size())).first;
+        split.push_back(pieces);
+        piece.push_back(shape[d] / pieces);
+        order.push_back(d);
+        order.push_back(rank + d);
+        flat_axes.insert(flat_axes.end(), (*sharding)[d].begin(), (*sharding)[d].end());
+      }
+      split.insert(split.end(), piece.begin(), piece.end());
+      g.b.set_parameter_sharding(g.inputs[i], {flat_axes});
+      Value v = g.b.transpose(g.b.reshape(g.inputs[i], split), order);
+      g.inputs[i] = g.b.sharding_constraint(g.b.reshape(v, shape), *sharding);
+    }
     std::vector<Value> flags;
     std::vector<std::string> messages;
     for (auto node_handle : nodes) {
@@ -264,12 +348,13 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       flat.push_back(g.b.reshape(v, {v.type.numel()}));
       types.push_back(v.type);
       // A multi-device launch donates nothing: each rank's buffers stay its own.
-      if (mutation.aliased && group.empty()) aliases.emplace_back(mutation.input, mutation.slot);
+      if (mutation.aliased && group.empty() && !spmd) aliases.emplace_back(mutation.input, mutation.slot);
     }
     if (!flags.empty()) {  // one trailing bool[k] output: see Program::checks
       flat.push_back(flags.size() == 1 ? flags[0] : g.b.concatenate(flags, 0));
       types.push_back(flat.back().type);
     }
+    if (spmd) g.b.replicate_results();
     std::string mlir = g.b.module(flat, aliases);
     Runtime::get().count("compiled_graphs");
     // TORCH_TPU_DUMP_DIR: each compiled graph's StableHLO, for inspection.
@@ -282,7 +367,10 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
     spec.output_strides = std::move(layouts);
     return spec;
   };
-  if (group.empty()) {
+  if (spmd) {
+    graph->program = Runtime::get().multi_device_program(graph->key, devices, build);
+    for (auto& m : graph->mutations) m.aliased = false;
+  } else if (group.empty()) {
     graph->program = Runtime::get().program(graph->key, build, /*indexed=*/true, &source, runtime::ProgramKind::Graph);
   } else {
     graph->spec = std::make_shared<const runtime::ProgramSpec>(build());
@@ -332,6 +420,70 @@ const char* interned(const std::string& name) {
   return names.insert(name).first->c_str();
 }
 
+// The piece of `t` that partition `p` holds under `sharding`, on its device.
+at::Tensor piece_of(const at::Tensor& t, const GraphProgram::Sharding& sharding, const std::vector<int64_t>& mesh,
+                    int p, int device) {
+  const auto at = mesh_coordinates(mesh, p);
+  at::Tensor piece = t;
+  for (int64_t d = 0; d < static_cast<int64_t>(sharding.size()); ++d) {
+    const auto [pieces, index] = piece_along(sharding[d], mesh, at);
+    const int64_t size = t.size(d) / pieces;
+    piece = piece.narrow(d, index * size, size);
+  }
+  return piece.contiguous().to(at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
+}
+
+// An SPMD graph: each partition gets its pieces of the inputs (replicated
+// inputs whole), all launch together; the outputs are replicated, and the
+// partition on the inputs' device (else the first) hands them back.
+py::object run_spmd(const GraphProgram& graph, const std::vector<at::Tensor>& inputs, int dev) {
+  auto& runtime = Runtime::get();
+  const auto& devices = graph.devices;
+  std::vector<std::vector<pjrt::BufferPtr>> args(devices.size());
+  std::vector<at::Tensor> keep_alive;  // the pieces, until the launch has read them
+  const auto& generator = aten::default_generator(static_cast<c10::DeviceIndex>(dev));
+  std::vector<at::Tensor> keys;
+  for (int k = 0; k < graph.num_keys; ++k) keys.push_back(aten::next_key_tensor(generator, graph.name));
+  for (size_t p = 0; p < devices.size(); ++p) {
+    const auto device = at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(devices[p]));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto& sharding = graph.shardings[i];
+      keep_alive.push_back(sharding ? piece_of(inputs[i], *sharding, graph.mesh, static_cast<int>(p), devices[p])
+                                    : inputs[i].to(device));
+      args[p].push_back(aten::read_dense(keep_alive.back()));
+    }
+    for (const auto& key : keys) args[p].push_back(aten::upload(key, devices[p]));
+  }
+  runtime.count("spmd_graph_launches");
+  auto outputs = runtime.execute_on_devices(*graph.program, args, graph.name.c_str());
+  const auto home = std::find(devices.begin(), devices.end(), dev);
+  const size_t from = home == devices.end() ? 0 : static_cast<size_t>(home - devices.begin());
+  auto& results = outputs[from];
+  const auto& out_types = graph.program->outputs;
+  const auto& checks = graph.program->checks;
+  const auto& strides = graph.program->output_strides;
+  auto on_home = [&](const pjrt::BufferPtr& b, const TensorType& t, at::IntArrayRef stride) {
+    at::Tensor out = aten::wrap_buffer(b, t.shape, aten::to_scalar_type(t.dtype), devices[from], stride);
+    return devices[from] == dev ? out : out.to(inputs.empty() ? out.device() : inputs[0].device());
+  };
+  for (const auto& m : graph.mutations)
+    inputs[m.input].copy_(on_home(results.at(m.slot), out_types.at(m.slot), {}).view(inputs[m.input].sizes()));
+  const size_t n = results.size() - (checks.empty() ? 0 : 1);
+  if (!checks.empty()) runtime.defer_check(results[n], checks);
+  if (runtime.mode() == runtime::EagerMode::Debug) runtime.verify_checks();
+  py::list out;
+  for (int slot : graph.output_slots) {
+    if (slot < 0) {
+      out.append(py::none());
+      continue;
+    }
+    out.append(
+        on_home(results.at(slot), out_types.at(slot),
+                static_cast<size_t>(slot) < strides.size() ? at::IntArrayRef(strides[slot]) : at::IntArrayRef()));
+  }
+  return out;
+}
+
 // Runs a compiled graph on tpu tensors; returns its outputs (None where the
 // graph returns None), or None when it holds collectives and the ranks'
 // graphs differ (the caller runs it eagerly).
@@ -347,6 +499,7 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
   }
   TORCH_CHECK(inputs.size() == graph.num_inputs, "torch_tpu: ", graph.name, " takes ", graph.num_inputs,
               " inputs, got ", inputs.size());
+  if (!graph.devices.empty()) return run_spmd(graph, inputs, dev);
   // In Fused mode a graph is one more call of the window (the eager ops around
   // it and the graph become one program, one launch); a graph with collectives
   // runs at once, over its group.
@@ -422,7 +575,9 @@ void bind_graph(py::module& m) {
       .def_readonly("source", &GraphProgram::source)
       .def_readonly("compile_ms", &GraphProgram::compile_ms);
   m.def("_compile_graph", &compile_graph, py::arg("key"), py::arg("inputs"), py::arg("nodes"), py::arg("outputs"),
-        py::arg("output_strides"), py::arg("num_keys"), py::arg("mutations"), py::arg("group") = "");
+        py::arg("output_strides"), py::arg("num_keys"), py::arg("mutations"), py::arg("group") = "",
+        py::arg("shardings") = py::none(), py::arg("mesh") = std::vector<int64_t>(),
+        py::arg("devices") = std::vector<int>());
   m.def("_run_graph", &run_graph);
   // The ops a compiled graph can hold (rule_for finds a rule): the rest run eagerly between its parts.
   m.def("_graph_ops", [] {

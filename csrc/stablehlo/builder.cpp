@@ -313,18 +313,31 @@ std::string Builder::module(const std::vector<Value>& results,
   s << "module @torch_tpu";
   if (partitions_ > 1)
     s << " attributes {mhlo.num_partitions = " << partitions_ << " : i32, mhlo.num_replicas = 1 : i32}";
-  s << " {\n  func.func public @main(";
+  s << " {\n";
+  if (!mesh_.empty()) {
+    s << "  sdy.mesh @mesh = <[";
+    for (size_t a = 0; a < mesh_.size(); ++a) s << (a ? ", " : "") << "\"a" << a << "\"=" << mesh_[a];
+    s << "]>\n";
+  }
+  s << "  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     s << (i ? ", " : "") << params_[i].name << ": " << params_[i].type.str();
+    std::vector<std::string> attrs;
     for (const auto& [param, result] : aliases) {
       if (param != i) continue;
       if (result >= results.size() || results[result].type.str() != params_[i].type.str())
         throw std::logic_error("stablehlo: an aliased parameter and its result must have the same type");
-      s << " {tf.aliasing_output = " << result << " : i32}";
+      attrs.push_back("tf.aliasing_output = " + std::to_string(result) + " : i32");
     }
+    if (auto it = parameter_shardings_.find(params_[i].name); it != parameter_shardings_.end())
+      attrs.push_back("sdy.sharding = " + it->second);
+    for (size_t a = 0; a < attrs.size(); ++a) s << (a ? ", " : " {") << attrs[a] << (a + 1 == attrs.size() ? "}" : "");
   }
   s << ") -> (";
-  for (size_t i = 0; i < results.size(); ++i) s << (i ? ", " : "") << results[i].type.str();
+  for (size_t i = 0; i < results.size(); ++i) {
+    s << (i ? ", " : "") << results[i].type.str();
+    if (replicate_results_) s << " {sdy.sharding = " << sdy_sharding(Sharding(results[i].type.shape.size())) << "}";
+  }
   s << ") {\n";
   for (const auto& line : body_) s << "    " << line << "\n";
   s << "    \"func.return\"(";
@@ -1253,6 +1266,46 @@ namespace torch_tpu::stablehlo {
 void Builder::set_partitions(int64_t n) {
   if (n < 1) throw std::invalid_argument("stablehlo: a program needs at least one partition, not " + std::to_string(n));
   partitions_ = n;
+}
+
+void Builder::set_mesh(std::vector<int64_t> axis_sizes) {
+  int64_t devices = 1;
+  for (int64_t n : axis_sizes) devices *= n;
+  if (devices != partitions_)
+    throw std::logic_error("stablehlo: a mesh of " + std::to_string(devices) + " devices over " +
+                           std::to_string(partitions_) + " partitions");
+  mesh_ = std::move(axis_sizes);
+}
+
+std::string Builder::sdy_sharding(const Sharding& sharding) const {
+  if (mesh_.empty()) throw std::logic_error("stablehlo: a sharding needs a mesh (set_mesh)");
+  std::string s = "#sdy.sharding<@mesh, [";
+  for (size_t d = 0; d < sharding.size(); ++d) {
+    s += d ? ", {" : "{";
+    for (size_t k = 0; k < sharding[d].size(); ++k) {
+      const int axis = sharding[d][k];
+      if (axis < 0 || static_cast<size_t>(axis) >= mesh_.size())
+        throw std::logic_error("stablehlo: mesh axis " + std::to_string(axis) + " of a " +
+                               std::to_string(mesh_.size()) + "-axis mesh");
+      s += (k ? ", \"a" : "\"a") + std::to_string(axis) + "\"";
+    }
+    s += "}";
+  }
+  return s + "]>";
+}
+
+void Builder::set_parameter_sharding(const Value& parameter, const Sharding& sharding) {
+  bool known = false;
+  for (const auto& p : params_) known = known || p.name == parameter.name;
+  if (!known) throw std::logic_error("stablehlo: " + parameter.name + " is not a parameter");
+  if (sharding.size() != parameter.type.shape.size())
+    throw std::logic_error("stablehlo: a sharding of " + std::to_string(sharding.size()) + " dims for " +
+                           parameter.type.str());
+  parameter_shardings_[parameter.name] = sdy_sharding(sharding);
+}
+
+Value Builder::sharding_constraint(const Value& x, const Sharding& sharding) {
+  return emit("sdy.sharding_constraint", {x}, "sharding = " + sdy_sharding(sharding), x.type);
 }
 
 std::string Builder::group_attrs() {

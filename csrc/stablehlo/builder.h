@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -353,6 +354,26 @@ class Builder {
   std::string group_attrs();
   int64_t partitions_ = 1;
   int64_t next_channel_ = 1;
+
+  // ---- SPMD: a program written over whole values, which XLA's partitioner
+  // (Shardy) splits over the partitions of a device mesh by their shardings,
+  // inserting the collectives itself. Partition p is mesh position p, row-major.
+  // A sharding names, per dimension of a value, the mesh axes cutting it
+  // (major first); a dimension with none, and every axis not named, replicate.
+ public:
+  using Sharding = std::vector<std::vector<int>>;
+  void set_mesh(std::vector<int64_t> axis_sizes);
+  void set_parameter_sharding(const Value& parameter, const Sharding& sharding);
+  // Every result of module() whole on every partition.
+  void replicate_results() { replicate_results_ = true; }
+  // `x`, laid out as `sharding` from here on (JAX's with_sharding_constraint).
+  Value sharding_constraint(const Value& x, const Sharding& sharding);
+
+ private:
+  std::string sdy_sharding(const Sharding& sharding) const;
+  std::vector<int64_t> mesh_;
+  std::map<std::string, std::string> parameter_shardings_;  // by parameter name
+  bool replicate_results_ = false;
 
   // ---- Random bits.
  public:
