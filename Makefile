@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0 jax==0.10.2 tlparse==0.4.3
 
-.PHONY: gpu-check-dry vllm-venv test-vllm test-vllm-quick bench-vllm bench-dynamic all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
+.PHONY: bench-scaling gpu-check-dry vllm-venv test-vllm test-vllm-quick bench-vllm bench-dynamic all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
 
 all: build
 
@@ -117,6 +117,10 @@ gpu-check-dry: build
 
 bench-dynamic: build
 	$(PY) benchmarks/dynamic_shapes.py
+
+# Issue 20's scaling model: tables and a PNG in benchmarks/results/ (about 2 minutes here).
+bench-scaling: build
+	$(PY) benchmarks/scaling_model.py
 
 bench-vllm: vllm-venv
 	$(VLLM_PY) benchmarks/vllm_serve.py
