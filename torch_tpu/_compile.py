@@ -373,6 +373,26 @@ def _shared_storages(gm, refs, outputs, output_vals, host_outputs):
 # What torch_tpu.metrics() reports about compiled graphs (see _metrics()).
 _GRAPH_COMPILE_MS: dict[str, float] = {}  # "<dynamo compile id> <forward|backward|inference>" -> ms
 _RECOMPILES: list[dict] = []  # one per Dynamo recompile that reached this backend
+_GRAPH_COLLECTIVES: dict[str, dict] = {}  # graph name -> the collectives its program holds (see _collectives_in)
+
+
+def _collectives_in(gm: torch.fx.GraphModule) -> dict:
+    """The functional collectives a graph's program runs per launch: count,
+    bytes in (as collective_bytes::<op> counts eager ones), and per op."""
+    ops, nbytes = {}, 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target.namespace != "_c10d_functional" or node.target is _WAIT_TENSOR:
+            continue
+        op = node.target._schema.name.split("::")[-1]
+        ops[op] = ops.get(op, 0) + 1
+        first = node.args[0]
+        for a in first if isinstance(first, (list, tuple)) else [first]:
+            val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+            if isinstance(val, torch.Tensor):
+                nbytes += val.numel() * val.element_size()
+    return {"collectives": sum(ops.values()), "bytes": nbytes, "ops": ops}
 
 
 def _compile_id():
@@ -412,6 +432,7 @@ def _metrics() -> dict:
                     r["function"] = f"{m.co_name} ({m.co_filename}:{m.co_firstlineno})"
     return {
         "graph_compile_ms": dict(_GRAPH_COMPILE_MS),
+        "graph_collectives": {k: dict(v) for k, v in _GRAPH_COLLECTIVES.items()},
         "recompiles": len(_RECOMPILES),
         "recompile_reasons": [dict(r) for r in _RECOMPILES],
     }
@@ -419,6 +440,7 @@ def _metrics() -> dict:
 
 def _reset_metrics() -> None:
     _GRAPH_COMPILE_MS.clear()
+    _GRAPH_COLLECTIVES.clear()
     _RECOMPILES.clear()
 
 
@@ -740,6 +762,8 @@ def _build(gm: torch.fx.GraphModule, name: str):
     g = _encode(gm)
     program = _C._compile_graph(g.key, g.inputs, g.nodes, g.outputs, g.output_strides, g.keys, g.mutations, g.group)
     _GRAPH_COMPILE_MS[name] = (time.perf_counter() - start) * 1e3
+    if g.group:
+        _GRAPH_COLLECTIVES[name] = _collectives_in(gm)
 
     host_mutated = [i for i, _ in g.mutations if i in g.host_inputs]
     tensors = g.constants

@@ -464,7 +464,8 @@ py::object run_spmd(const GraphProgram& graph, const std::vector<at::Tensor>& in
   const auto& strides = graph.program->output_strides;
   auto on_home = [&](const pjrt::BufferPtr& b, const TensorType& t, at::IntArrayRef stride) {
     at::Tensor out = aten::wrap_buffer(b, t.shape, aten::to_scalar_type(t.dtype), devices[from], stride);
-    return devices[from] == dev ? out : out.to(inputs.empty() ? out.device() : inputs[0].device());
+    return devices[from] == dev ? out
+                                : out.to(at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev)));
   };
   for (const auto& m : graph.mutations)
     inputs[m.input].copy_(on_home(results.at(m.slot), out_types.at(m.slot), {}).view(inputs[m.input].sizes()));

@@ -281,6 +281,16 @@ def test_compiled_graph_runs_its_collectives_in_its_program(transport):
     launched = torch_tpu.metrics().get("collective::compiled_graph", 0) - before
     if transport == "xla":  # one program per rank, launched together: no eager fallback
         assert not eager and launched == WORLD
+        # metrics say what each program holds: 7 collectives, and the bytes they take in per launch
+        held = [c for c in torch_tpu.metrics()["graph_collectives"].values() if c["collectives"] == 7]
+        assert held and held[-1]["ops"] == {
+            "all_reduce": 3,
+            "all_gather_into_tensor": 1,
+            "reduce_scatter_tensor": 1,
+            "all_to_all_single": 1,
+            "broadcast": 1,
+        }
+        assert held[-1]["bytes"] == 4 * (20 + 20 + 80 + 2 + 20 + 80 + 20), held[-1]
     else:  # processes cannot share a program: the graph runs eagerly, with a warning naming why
         assert launched == 0 and any("host staging" in m for m in eager)
 

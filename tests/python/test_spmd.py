@@ -98,3 +98,20 @@ def test_bad_annotations_raise_naming_what_is_wrong():
     with pytest.raises(ValueError, match="marked over different meshes"):
         torch.compile(lambda a, b: a + b, backend="tpu")(a, b)
     assert (torch.ones(3, device="tpu") + 1).cpu().tolist() == [2.0, 2.0, 2.0]  # still usable
+
+
+@pytest.mark.parametrize("mesh", [[2, 3], [[3, 2], [1, 0]]])
+def test_any_devices_in_any_order(mesh):
+    """A mesh that leaves out the inputs' device, or lists the devices in
+    another order: pieces go to the devices the mesh names, outputs come back
+    to the inputs' device."""
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(8, 6, generator=g), torch.randn(6, 4, generator=g)
+    xt, wt = x.to("tpu"), w.to("tpu")
+    rows = [Shard(0)] * (2 if isinstance(mesh[0], list) else 1)
+    mark_sharding(xt, mesh, rows)
+    mark_sharding(wt, mesh, [Replicate()] * len(rows))
+    before = launches()
+    got = torch.compile(lambda a, b: (a @ b).tanh(), backend="tpu")(xt, wt)
+    assert launches() - before == 1 and got.device == torch.device("tpu:0")
+    torch.testing.assert_close(got.cpu(), (x @ w).tanh(), rtol=1e-5, atol=1e-5)
