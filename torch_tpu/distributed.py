@@ -94,6 +94,12 @@ def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60
     # Dynamo registers the "tpu" compile backend on its first lookup, which
     # is not thread safe (two ranks: "duplicate name: tpu"): look it up here.
     torch._dynamo.lookup_backend("tpu")
+    # record_function (DDP's forward opens one) imports an optional module on
+    # its first use; inside a rank compiling under torch.compile, that import
+    # deadlocked with another rank that held Dynamo's compile lock and waited
+    # for the import lock. Its first use happens here instead.
+    with torch.autograd.profiler.record_function("torch_tpu.run_threads"):
+        pass
     ShardingPropagator._fake_mode_lock = threading.Lock()
     torch._dynamo.config.fake_tensor_cache_enabled = False
     results, errors = [None] * world_size, []  # errors in the order raised: the first is the cause

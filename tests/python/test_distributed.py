@@ -426,3 +426,38 @@ def test_compiled_dtensor_block_is_one_program_per_rank_with_its_collectives(tra
         assert not eager and launched == 2 * WORLD, (eager, launched)
     else:
         assert launched == 0 and any("host staging" in m for m in eager)
+
+
+def test_compiled_ddp_model_trains_as_one_process():
+    """torch.compile of a DDP model over thread ranks (DDP's reducer
+    all-reduces the gradients between the compiled pieces) equals one process
+    on the whole batch. Ranks compiling at once once deadlocked in an import
+    (see run_threads)."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(WORLD, 8, 8, generator=g), torch.randn(WORLD, 8, 4, generator=g)
+
+    def body(rank):
+        model = DistributedDataParallel(copy.deepcopy(base).to("tpu"))
+        step = torch.compile(model, backend="tpu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            torch.nn.functional.mse_loss(step(x[rank].to("tpu")), y[rank].to("tpu")).backward()
+            opt.step()
+            opt.zero_grad()
+        return [p.detach().cpu() for p in model.parameters()]
+
+    ranks = run_threads(body)
+    single = copy.deepcopy(base)
+    opt = torch.optim.SGD(single.parameters(), lr=0.1)
+    for _ in range(3):
+        (sum(torch.nn.functional.mse_loss(single(x[r]), y[r]) for r in range(WORLD)) / WORLD).backward()
+        opt.step()
+        opt.zero_grad()
+    for params in ranks:
+        for got, want in zip(params, single.parameters(), strict=True):
+            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
