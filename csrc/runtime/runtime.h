@@ -395,8 +395,8 @@ class Runtime {
   // mappings; the next use loads it from the disk cache or compiles it again.
   std::mutex loaded_mutex_;
   std::list<std::weak_ptr<const Program>> loaded_;
-  size_t max_executables_ = 4096;   // TORCH_TPU_MAX_EXECUTABLES
-  int64_t mapping_budget_ = 32765;  // TORCH_TPU_MAX_MAPPINGS, half of vm.max_map_count
+  size_t max_executables_ = 4096;         // TORCH_TPU_MAX_EXECUTABLES
+  int64_t mapping_budget_ = 32765;        // TORCH_TPU_MAX_MAPPINGS, half of vm.max_map_count
   int64_t compile_lock_timeout_s_ = 600;  // TORCH_TPU_COMPILE_LOCK_TIMEOUT: the longest wait for another's compile
   int64_t unloaded_executables_ = 0;
   int64_t mapping_pressure_unloads_ = 0;  // rounds of unloading for mappings
