@@ -475,7 +475,9 @@ def _compile_whole(gm: torch.fx.GraphModule, name: str):
         return _per_shape(gm, name)
     try:
         return _build(gm, name)
-    except (_Unsupported, NotImplementedError, RuntimeError) as e:
+    except (_Unsupported, NotImplementedError, RuntimeError, ValueError) as e:
+        # Eager runs it right or raises the user's error (a rule refusing a graph's
+        # arguments raises ValueError, as the same rule in eager does).
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=3)
         return make_boxed_func(gm.forward)
 

@@ -12,6 +12,7 @@
 // embedding) they are out of range like any other.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "lowering/registry.h"
 
@@ -479,6 +480,35 @@ std::vector<Value> index(LoweringContext& c) {
   return {c.b.gather(x, a.coords, g, sizes)};
 }
 
+// x[mask] = value (or += value) with one bool mask over dims k.. of x, as a
+// compiled graph keeps it (eager turns masks into indices first): the value
+// must be one element, since how many it fills is the mask's count. None
+// when the indices are not one mask.
+std::optional<Value> index_put_by_mask(LoweringContext& c, const Value& x, const std::vector<Value>& indices,
+                                       const Value& values, bool accumulate) {
+  std::vector<size_t> given;
+  for (size_t k = 0; k < indices.size(); ++k)
+    if (!indices[k].name.empty()) given.push_back(k);
+  if (given.size() != 1 || indices[given[0]].dtype() != DType::Bool) return std::nullopt;
+  const size_t k = given[0];
+  const Value& mask = indices[k];
+  const Shape& shape = x.shape();
+  bool fits = k + mask.shape().size() <= shape.size();
+  for (size_t d = 0; fits && d < mask.shape().size(); ++d) fits = mask.shape()[d] == shape[k + d];
+  if (!fits)
+    throw std::invalid_argument("index_put: the mask " + mask.type.str() + " does not match the indexed " +
+                                x.type.str() + " at dimension " + std::to_string(k));
+  if (values.type.numel() != 1)
+    throw Declined("index_put of " + values.type.str() + " through a bool mask (its count decides how many)");
+  std::vector<int64_t> dims(mask.shape().size());
+  for (size_t d = 0; d < dims.size(); ++d) dims[d] = static_cast<int64_t>(k + d);
+  Value where = c.b.broadcast_in_dim(mask, shape, dims);
+  Value v = c.b.broadcast_to(c.b.reshape(values, {}), shape);
+  if (!accumulate) return c.b.select(where, v, x);
+  const bool logical = x.dtype() == DType::Bool;
+  return c.b.binary(logical ? Binary::Or : Binary::Add, x, c.b.select(where, v, c.b.constant(0, x.type)));
+}
+
 // index_put / _index_put_impl(self, indices, values, accumulate[, unsafe]):
 // x[indices] = values (or += with accumulate), values broadcast to x[indices]'s shape.
 std::vector<Value> index_put(LoweringContext& c) {
@@ -492,6 +522,7 @@ std::vector<Value> index_put(LoweringContext& c) {
     Value v = c.b.broadcast_to(values, x.shape());
     return {accumulate ? c.b.binary(out.dtype == DType::Bool ? Binary::Or : Binary::Add, x, v) : v};
   }
+  if (auto masked = index_put_by_mask(c, x, indices, values, accumulate)) return {*masked};
   AdvancedIndex a = advanced_index(c, x, indices);
   if (TensorType{out.dtype, a.result}.numel() == 0) return {x};
   // PyTorch lets values carry extra leading 1s.

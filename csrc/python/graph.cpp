@@ -420,6 +420,32 @@ const char* interned(const std::string& name) {
   return names.insert(name).first->c_str();
 }
 
+// The graph's outputs from its program's `results` (on tpu:`on`), its checks
+// queued first; each moved to tpu:`dev` where that is another device.
+py::list graph_outputs(const GraphProgram& graph, const std::vector<pjrt::BufferPtr>& results, int on, int dev) {
+  auto& runtime = Runtime::get();
+  const auto& out_types = graph.spec ? graph.spec->outputs : graph.program->outputs;
+  const auto& checks = graph.spec ? graph.spec->checks : graph.program->checks;
+  const auto& strides = graph.spec ? graph.spec->output_strides : graph.program->output_strides;
+  const size_t n = results.size() - (checks.empty() ? 0 : 1);
+  if (!checks.empty()) runtime.defer_check(results[n], checks);
+  if (runtime.mode() == runtime::EagerMode::Debug) runtime.verify_checks();
+  py::list out;
+  for (int slot : graph.output_slots) {
+    if (slot < 0) {
+      out.append(py::none());
+      continue;
+    }
+    const TensorType& t = out_types.at(slot);
+    at::Tensor value = aten::wrap_buffer(
+        results.at(slot), t.shape, aten::to_scalar_type(t.dtype), on,
+        static_cast<size_t>(slot) < strides.size() ? at::IntArrayRef(strides[slot]) : at::IntArrayRef());
+    out.append(on == dev ? value
+                         : value.to(at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev))));
+  }
+  return out;
+}
+
 // The piece of `t` that partition `p` holds under `sharding`, on its device.
 at::Tensor piece_of(const at::Tensor& t, const GraphProgram::Sharding& sharding, const std::vector<int64_t>& mesh,
                     int p, int device) {
@@ -459,30 +485,16 @@ py::object run_spmd(const GraphProgram& graph, const std::vector<at::Tensor>& in
   const auto home = std::find(devices.begin(), devices.end(), dev);
   const size_t from = home == devices.end() ? 0 : static_cast<size_t>(home - devices.begin());
   auto& results = outputs[from];
-  const auto& out_types = graph.program->outputs;
-  const auto& checks = graph.program->checks;
-  const auto& strides = graph.program->output_strides;
-  auto on_home = [&](const pjrt::BufferPtr& b, const TensorType& t, at::IntArrayRef stride) {
-    at::Tensor out = aten::wrap_buffer(b, t.shape, aten::to_scalar_type(t.dtype), devices[from], stride);
-    return devices[from] == dev ? out
-                                : out.to(at::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(dev)));
-  };
-  for (const auto& m : graph.mutations)
-    inputs[m.input].copy_(on_home(results.at(m.slot), out_types.at(m.slot), {}).view(inputs[m.input].sizes()));
-  const size_t n = results.size() - (checks.empty() ? 0 : 1);
-  if (!checks.empty()) runtime.defer_check(results[n], checks);
-  if (runtime.mode() == runtime::EagerMode::Debug) runtime.verify_checks();
-  py::list out;
-  for (int slot : graph.output_slots) {
-    if (slot < 0) {
-      out.append(py::none());
+  for (const auto& m : graph.mutations) {
+    if (devices[from] == dev) {
+      aten::write_dense(inputs[m.input], results.at(m.slot));
       continue;
     }
-    out.append(
-        on_home(results.at(slot), out_types.at(slot),
-                static_cast<size_t>(slot) < strides.size() ? at::IntArrayRef(strides[slot]) : at::IntArrayRef()));
+    const TensorType& t = graph.program->outputs.at(m.slot);
+    inputs[m.input].copy_(
+        aten::wrap_buffer(results.at(m.slot), t.shape, aten::to_scalar_type(t.dtype), devices[from], {}));
   }
-  return out;
+  return graph_outputs(graph, results, devices[from], dev);
 }
 
 // Runs a compiled graph on tpu tensors; returns its outputs (None where the
@@ -547,26 +559,9 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
   } catch (const runtime::OutOfMemory& e) {  // refused before running: nothing was donated
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), "\n  in ", graph.name);
   }
-  const auto& out_types = graph.spec ? graph.spec->outputs : graph.program->outputs;
-  const auto& checks = graph.spec ? graph.spec->checks : graph.program->checks;
-  const auto& strides = graph.spec ? graph.spec->output_strides : graph.program->output_strides;
   for (const auto& m : graph.mutations) aten::write_dense(inputs[m.input], results.at(m.slot));
   if (donated) runtime.count("donated_buffers", donated);
-  const size_t n = results.size() - (checks.empty() ? 0 : 1);
-  if (!checks.empty()) runtime.defer_check(results[n], checks);
-  if (runtime.mode() == runtime::EagerMode::Debug) runtime.verify_checks();
-  py::list out;
-  for (int slot : graph.output_slots) {
-    if (slot < 0) {
-      out.append(py::none());
-      continue;
-    }
-    const TensorType& t = out_types.at(slot);
-    out.append(aten::wrap_buffer(
-        results.at(slot), t.shape, aten::to_scalar_type(t.dtype), dev,
-        static_cast<size_t>(slot) < strides.size() ? at::IntArrayRef(strides[slot]) : at::IntArrayRef()));
-  }
-  return out;
+  return graph_outputs(graph, results, dev, dev);
 }
 
 }  // namespace

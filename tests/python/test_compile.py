@@ -531,3 +531,30 @@ def test_a_failed_check_in_a_compiled_graph_names_its_op():
     with pytest.raises(IndexError, match="out of bounds for dimension 0 with size 8.*aten::index"):
         f(x, torch.tensor([1, 8], device="tpu"), j).cpu()
     assert f(x, i, j).cpu().tolist() == [4.0, 6.0]  # the process goes on
+
+
+def test_bool_mask_index_put_in_a_compiled_graph():
+    """x[mask] = v stays an index_put with a bool mask in a compiled graph
+    (eager turns masks into indices first; TorchTitan's vocab-parallel loss
+    does this): one program for a one-element value, put or accumulated, at
+    any dim; a value with more elements (its count is the mask's) runs
+    eagerly, with the same result."""
+    put = torch.ops.aten.index_put.default
+    g = torch.Generator().manual_seed(0)
+    x, m = torch.randn(3, 4, 5, generator=g), torch.rand(4, 5, generator=g) > 0.5
+    cases = [
+        (lambda x, m: put(x, [m[0]], x.new_tensor(0.0)), (x[0, 0], m)),
+        (lambda x, m: put(x, [None, m], x.new_tensor(2.0), True), (x, m)),
+        (lambda x, m: put(x, [m], x.new_tensor([7.0]), False), (x[0], m)),
+    ]
+    for fn, args in cases:
+        want = fn(*args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no eager fallback
+            got = torch.compile(fn, backend="tpu")(*(a.to("tpu") for a in args))
+        torch.testing.assert_close(got.cpu(), want)
+    values = torch.arange(float(m.sum()))
+    fn = lambda x, m, v: put(x, [m], v)  # noqa: E731
+    with pytest.warns(UserWarning, match="runs eagerly.*through a bool mask"):
+        got = torch.compile(fn, backend="tpu")(x[0].to("tpu"), m.to("tpu"), values.to("tpu"))
+    torch.testing.assert_close(got.cpu(), fn(x[0], m, values))

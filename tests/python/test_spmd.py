@@ -115,3 +115,24 @@ def test_any_devices_in_any_order(mesh):
     got = torch.compile(lambda a, b: (a @ b).tanh(), backend="tpu")(xt, wt)
     assert launches() - before == 1 and got.device == torch.device("tpu:0")
     torch.testing.assert_close(got.cpu(), (x @ w).tanh(), rtol=1e-5, atol=1e-5)
+
+
+def test_an_input_the_graph_overwrites_is_written_back():
+    """An in-place update inside the SPMD graph (a running statistic) lands in
+    the input, as on one device."""
+
+    def update(x, stat):
+        stat.mul_(0.5).add_(x.sum(0))
+        return x * stat
+
+    g = torch.Generator().manual_seed(3)
+    x, stat = torch.randn(8, 4, generator=g), torch.randn(4, generator=g)
+    xt, st = x.to("tpu"), stat.to("tpu")
+    mark_sharding(xt, MESH, [Shard(0), Replicate()])
+    mark_sharding(st, MESH, [Replicate(), Shard(0)])
+    before = launches()
+    got = torch.compile(update, backend="tpu")(xt, st)
+    want = update(x, stat)
+    assert launches() - before == 1
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(st.cpu(), stat, rtol=1e-5, atol=1e-5)
