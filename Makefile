@@ -9,7 +9,7 @@ DEPS   := $(VENV)/.deps-installed
 # plugin built from the XLA of jaxlib 0.11.2 (README: "Plugin choice").
 PINNED := torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 numpy pytest expecttest ruff scikit-build-core ninja cmake tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0 jax==0.10.2 tlparse==0.4.3
 
-.PHONY: bench-scaling gpu-check-dry vllm-venv test-vllm test-vllm-quick bench-vllm bench-dynamic all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
+.PHONY: bench-scaling titan-venv test-titan gpu-check-dry vllm-venv test-vllm test-vllm-quick bench-vllm bench-dynamic all demo test test-cpp test-debug test-python test-fused semantics distributed opinfo build system-deps lint clean bench
 
 all: build
 
@@ -124,6 +124,33 @@ bench-scaling: build
 
 bench-vllm: vllm-venv
 	$(VLLM_PY) benchmarks/vllm_serve.py
+
+# TorchTitan on tpu (tests/titan): its own venv. torchtitan 0.3.0 goes in without its
+# dependencies, then those (tests/titan/requirements.txt) with torch held at our wheel.
+# `make test-titan` trains TorchTitan's Llama debug model with FSDP2 (eager and
+# torch.compile(backend="tpu")) and tensor parallelism under torchrun on tpu and on
+# CPU, and compares the loss curves (about 2 minutes here).
+TITAN_VENV := build/titan-venv
+TITAN_PY   := $(TITAN_VENV)/bin/python
+TITAN_DEPS := $(TITAN_VENV)/.deps-installed
+
+$(TITAN_DEPS): Makefile tests/titan/requirements.txt
+	test -x $(TITAN_PY) || python3 -m venv $(TITAN_VENV)
+	$(TITAN_PY) -m pip install -q --disable-pip-version-check torch==2.13.0 lammps-jax-pjrt-cpu==0.11.2 \
+	  scikit-build-core ninja cmake
+	$(TITAN_PY) -m pip install -q --disable-pip-version-check --no-deps torchtitan==0.3.0
+	echo "torch==2.13.0+cpu" > $(TITAN_VENV)/constraints.txt
+	$(TITAN_PY) -m pip install -q --disable-pip-version-check -r tests/titan/requirements.txt -c $(TITAN_VENV)/constraints.txt
+	$(TITAN_PY) -c "import torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
+	touch $@
+
+titan-venv: system-deps $(TITAN_DEPS)
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(TITAN_PY) -m pip install -q --disable-pip-version-check --no-build-isolation \
+	  --no-deps -Cbuild-dir=build/titan -e .
+
+test-titan: titan-venv
+	$(TITAN_PY) tests/titan/check_attention.py
+	$(TITAN_PY) tests/titan/compare.py
 
 lint: $(DEPS)
 	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples && $(VENV)/bin/ruff format --check torch_tpu tests benchmarks examples
