@@ -101,7 +101,7 @@ struct LoweringContext {
     // else RuntimeError (gather, scatter, index_add, random ops' arguments).
     bool index_error = true;
   };
-  std::vector<Check> checks;
+  std::vector<Check> checks{};
   // Every entry of integer `index` lies in [0, size), or [-size, size) when
   // negative indices count from the end.
   void check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message,
@@ -119,7 +119,7 @@ struct LoweringContext {
   // Set by in_float32(rule, Operands::Rounded): operands of another dtype
   // (Scalars, 0-d tensors) are rounded to this one, the op's narrow dtype,
   // before value_as widens them.
-  std::optional<DType> operands_rounded_to;
+  std::optional<DType> operands_rounded_to = std::nullopt;
 };
 
 // Where an element of a padded value of `shape` with these dims is real: a bool tensor of `shape`.
