@@ -42,7 +42,7 @@ const std::shared_ptr<runtime::DeviceSize>& find_size(const std::vector<std::sha
 // A device size's value: the window flushed and the count read, once.
 int64_t read_size(runtime::DeviceSize& size) {
   if (!size.value) {
-    Runtime::get().flush("size_read");
+    Runtime::get().resolve(*size.count, "size_read");
     int32_t count = 0;
     Runtime::get().download(*size.count, &count, sizeof count);
     size.value = count;
@@ -536,21 +536,33 @@ bool copy_padded(const at::Tensor& src, const at::Tensor& dst) {
 
 namespace {
 // TORCH_TPU_DYNAMIC: "marked" (the default: mark_dynamic only), "auto" (also
-// dims that took kAutoAfter sizes in copies), "off" (exact shapes only).
-const std::string& dynamic_setting() {
-  static const std::string setting = [] {
-    const char* v = std::getenv("TORCH_TPU_DYNAMIC");
-    std::string s = v && *v ? v : "marked";
-    if (s == "0") s = "off";
-    TORCH_CHECK(s == "marked" || s == "auto" || s == "off", "TORCH_TPU_DYNAMIC='", s,
-                "' is not one of marked (the default), auto, off");
-    return s;
-  }();
-  return setting;
+// dims that took kAutoAfter sizes in copies), "off" (exact shapes only). Read
+// once; set_dynamic_setting changes it for the rest of the process.
+enum class Dynamic { Off, Marked, Auto };
+constexpr const char* kDynamicNames[] = {"off", "marked", "auto"};
+
+Dynamic parse_setting(std::string s) {
+  if (s == "0") s = "off";
+  for (int i = 0; i < 3; ++i)
+    if (s == kDynamicNames[i]) return static_cast<Dynamic>(i);
+  TORCH_CHECK(false, "TORCH_TPU_DYNAMIC='", s, "' is not one of marked (the default), auto, off");
 }
+
+std::atomic<Dynamic>& setting() {
+  static std::atomic<Dynamic> value{[] {
+    const char* v = std::getenv("TORCH_TPU_DYNAMIC");
+    return parse_setting(v && *v ? v : "marked");
+  }()};
+  return value;
+}
+Dynamic dynamic_setting() { return setting().load(std::memory_order_relaxed); }
 }  // namespace
 
-bool dynamic_shapes_enabled() { return dynamic_setting() != "off"; }
+std::string set_dynamic_setting(const std::string& value) {
+  return kDynamicNames[static_cast<int>(setting().exchange(parse_setting(value)))];
+}
+
+bool dynamic_shapes_enabled() { return dynamic_setting() != Dynamic::Off; }
 
 int64_t bucket_for(int64_t n, std::optional<int64_t> max) {
   static const std::vector<int64_t> buckets = [] {
@@ -623,21 +635,23 @@ constexpr size_t kAutoAfter = 3;
 
 // The bounded dims of host-to-device copies of `host`'s dtype and shape
 // (per dim: its bucket, or 0), counting `host`'s sizes first.
+struct AutoClass {
+  std::vector<int64_t> sizes;  // distinct, up to kAutoAfter
+  bool bounded = false;
+};
+std::mutex auto_mutex;
+std::unordered_map<std::string, AutoClass> auto_classes;  // by "int64[8, *]"
+
 std::vector<int64_t> auto_buckets(const at::Tensor& host) {
-  struct Class {
-    std::vector<int64_t> sizes;  // distinct, up to kAutoAfter
-    bool bounded = false;
-  };
-  static std::mutex mutex;
-  static std::unordered_map<std::string, Class> classes;
+  auto& classes = auto_classes;
   std::vector<int64_t> buckets(static_cast<size_t>(host.dim()), 0);
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(auto_mutex);
   if (classes.size() > 65536) classes.clear();  // a process of endless shapes: start counting again
   for (int64_t d = 0; d < host.dim(); ++d) {
     std::string name = std::string(c10::getDtypeNames(host.scalar_type()).first) + "[";
     for (int64_t k = 0; k < host.dim(); ++k) name += (k ? ", " : "") + (k == d ? "*" : std::to_string(host.size(k)));
     name += "]";
-    Class& c = classes[name];
+    AutoClass& c = classes[name];
     const int64_t n = host.size(d);
     if (!c.bounded && std::find(c.sizes.begin(), c.sizes.end(), n) == c.sizes.end()) {
       c.sizes.push_back(n);
@@ -678,6 +692,11 @@ bool whole_plain(const at::Tensor& t) {
 thread_local bool in_padded_factory = false;
 
 }  // namespace
+
+void forget_auto_bounds() {
+  std::lock_guard<std::mutex> lock(auto_mutex);
+  auto_classes.clear();
+}
 
 PlainFactoryScope::PlainFactoryScope() : was_(in_padded_factory) { in_padded_factory = true; }
 PlainFactoryScope::~PlainFactoryScope() { in_padded_factory = was_; }
@@ -740,8 +759,7 @@ bool padded_factory(Factory kind, const std::vector<c10::IValue>& args, torch::j
 }
 
 bool upload_bounded(const at::Tensor& host, const at::Tensor& dst) {
-  static const bool automatic = dynamic_setting() == "auto";
-  if (!automatic || host.numel() == 0 || host.dim() == 0) return false;
+  if (dynamic_setting() != Dynamic::Auto || host.numel() == 0 || host.dim() == 0) return false;
   const auto buckets = auto_buckets(host);
   if (std::all_of(buckets.begin(), buckets.end(), [](int64_t b) { return b == 0; })) return false;
   DeviceStorage& s = storage_of(dst);

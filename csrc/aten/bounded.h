@@ -6,6 +6,7 @@
 #include <ATen/core/stack.h>
 
 #include <optional>
+#include <string>
 
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
@@ -106,6 +107,12 @@ bool copy_padded(const at::Tensor& src, const at::Tensor& dst);
 
 // TORCH_TPU_DYNAMIC=off keeps exact static shapes everywhere.
 bool dynamic_shapes_enabled();
+// Sets TORCH_TPU_DYNAMIC ("off", "marked", "auto") from now on; returns the
+// setting it replaces.
+std::string set_dynamic_setting(const std::string& setting);
+// Under auto: forgets the sizes copies took, so no class of copies is bounded
+// (a test starts as a fresh process would).
+void forget_auto_bounds();
 // The bucket a bounded dim of real size n is padded to: the smallest of
 // TORCH_TPU_DYNAMIC_BUCKETS (default: powers of two) that holds n, at most `max`.
 int64_t bucket_for(int64_t n, std::optional<int64_t> max);

@@ -22,6 +22,15 @@ def _seeded():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_auto_bounds():
+    """Under TORCH_TPU_DYNAMIC=auto, the sizes earlier tests copied bound no
+    class of copies here (as in a fresh process): program counts stay each test's own."""
+    import torch_tpu
+
+    torch_tpu._C._forget_auto_bounds()
+
+
 @pytest.fixture
 def run_python():
     """Runs a snippet in a fresh interpreter (for errors that happen at runtime start)."""
