@@ -109,16 +109,22 @@ def run_threads(fn, world_size=None, backend="tpu", timeout=timedelta(seconds=60
 
     def rank_main(rank):
         torch.tpu.set_device(rank)
+        _C._set_thread_rank(rank)
         try:
             dist.init_process_group(backend, rank=rank, world_size=world_size, store=store, timeout=timeout)
             results[rank] = fn(rank)
+            # Collectives still in the rank's Fused window: the other ranks wait for them.
+            _C._flush("rank_exit")
         except BaseException as e:  # noqa: BLE001 (re-raised in the caller)
             errors.append(e)
             if dist.is_initialized():  # wake the ranks waiting for this one
                 dist.distributed_c10d._get_default_group()._get_backend(torch.device("tpu")).abort()
+            # No rank will meet what this rank's window still holds.
+            _C._discard_collectives(torch.tpu.current_device())
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
+            _C._set_thread_rank(-1)
 
     threads = [threading.Thread(target=rank_main, args=(r,), name=f"tpu-rank-{r}") for r in range(world_size)]
     try:

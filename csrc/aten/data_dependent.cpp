@@ -40,7 +40,7 @@ int64_t nonzero_count(const at::Tensor& t) {
   });
   auto out = Runtime::get().execute(program, {read_dense(t)}, device_index(t), "aten::nonzero (count)");
   int64_t count = 0;
-  Runtime::get().flush("data_dependent");
+  Runtime::get().resolve(*out[0], "data_dependent");
   Runtime::get().download(*out[0], &count, sizeof count);
   return count;
 }
@@ -245,7 +245,7 @@ Grouped group_equal(const at::Tensor& rows, bool sort, const UniqueOp& op, bool 
   Grouped g{out[0], out[1], out[2], out[3], m};
   if (defer) return g;
   int32_t count = 0;
-  Runtime::get().flush("data_dependent");
+  Runtime::get().resolve(*out[3], "data_dependent");
   Runtime::get().download(*out[3], &count, sizeof count);
   g.count = count;
   return g;

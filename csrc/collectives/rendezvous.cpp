@@ -54,12 +54,13 @@ std::vector<pjrt::BufferPtr> Rendezvous::launch(uint64_t seq, int rank, Launch l
 }
 
 pjrt::BufferPtr Rendezvous::join(uint64_t seq, int rank, const Call& call, int device, pjrt::BufferPtr input,
-                                 std::chrono::milliseconds timeout) {
+                                 std::chrono::milliseconds timeout, bool recorded) {
   auto& runtime = runtime::Runtime::get();
   runtime.count(std::string("collective::") + name(call.kind));
   runtime.count(std::string("collective_bytes::") + name(call.kind),
                 call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)));
-  Launch l{call.key(), describe(call, device), [call] { return build(call); }, device, {std::move(input)}};
+  Launch l{call.key(), describe(call, device), [call] { return build(call); }, device, {std::move(input)}, recorded,
+           recorded};
   return launch(seq, rank, std::move(l), timeout).at(0);
 }
 
@@ -122,13 +123,14 @@ std::string Rendezvous::mismatch(const Slot& slot) const {
 void Rendezvous::run(Slot& slot) {
   try {
     if (std::string why = mismatch(slot); !why.empty()) {
-      bool may_diverge = true;
+      bool may_diverge = true, all_alone = true;
       std::set<int> devices;
       for (const auto& a : slot.ranks) {
         may_diverge = may_diverge && a.launch.may_diverge;
+        all_alone = all_alone && a.launch.alone;
         devices.insert(a.launch.device);
       }
-      slot.diverged = may_diverge && devices.size() == slot.ranks.size();
+      slot.diverged = may_diverge && !all_alone && devices.size() == slot.ranks.size();
       throw GroupError(why);
     }
     const Launch& first = slot.ranks[0].launch;

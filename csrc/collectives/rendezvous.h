@@ -49,14 +49,19 @@ class Rendezvous {
     // When every rank's launch may, programs that differ raise Diverged (not
     // a mismatch): the ranks then run their own eager forms.
     bool may_diverge = false;
+    // A collective a Fused window recorded, run on its own (the window was
+    // replayed): it may meet other ranks' windows (Diverged), but a meeting
+    // of only such calls that differ is a mismatch.
+    bool alone = false;
   };
   // Rank `rank`'s `seq`-th meeting: blocks until every rank joined (the last
   // one runs the program over their devices) and returns this rank's outputs,
   // or throws GroupError naming the ranks that did not come within `timeout`.
   std::vector<pjrt::BufferPtr> launch(uint64_t seq, int rank, Launch launch, std::chrono::milliseconds timeout);
   // A collective: `call` on `input` (on `device`); returns the flat result.
+  // `recorded`: a collective a Fused window recorded (Launch::alone).
   pjrt::BufferPtr join(uint64_t seq, int rank, const Call& call, int device, pjrt::BufferPtr input,
-                       std::chrono::milliseconds timeout);
+                       std::chrono::milliseconds timeout, bool recorded = false);
   // A barrier: the `seq`-th meeting, no data.
   void meet(uint64_t seq, int rank, std::chrono::milliseconds timeout);
 

@@ -1,6 +1,9 @@
 #include "distributed/process_group_tpu.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "aten/tensor_access.h"
 #include "distributed/completed_work.h"
@@ -54,6 +57,16 @@ Reduction reduction_of(const c10d::ReduceOp& op, double* factor, const char* nam
   }
 }
 
+// TORCH_TPU_FUSED_COLLECTIVES=0: in Fused mode a collective flushes the
+// window and runs as its own program (as in Strict mode) instead of joining it.
+std::atomic<bool>& fused_collectives() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("TORCH_TPU_FUSED_COLLECTIVES");
+    return !v || std::string(v) != "0";
+  }()};
+  return on;
+}
+
 // A flat tpu tensor of `numel` elements holding `value`.
 at::Tensor flat(pjrt::BufferPtr value, int64_t numel, at::ScalarType dtype, int device) {
   return aten::wrap_buffer(std::move(value), {numel}, dtype, device);
@@ -74,6 +87,7 @@ ProcessGroupTPU::ProcessGroupTPU(int rank, int size, const std::string& group_ke
       places_(std::move(places)),
       host_(std::move(host)),
       rendezvous_(collectives::Rendezvous::of(group_key, size)),
+      rendezvous_key_(group_key),
       timeout_(timeout) {}
 
 std::optional<std::vector<pjrt::BufferPtr>> ProcessGroupTPU::launch(collectives::Rendezvous::Launch launch) {
@@ -91,6 +105,66 @@ std::optional<std::vector<pjrt::BufferPtr>> ProcessGroupTPU::launch(collectives:
   }
 }
 
+pjrt::BufferPtr ProcessGroupTPU::record(const Call& call, int device, pjrt::BufferPtr value) {
+  auto& runtime = Runtime::get();
+  runtime.count(std::string("collective::") + collectives::name(call.kind));
+  runtime.count(std::string("collective_bytes::") + collectives::name(call.kind),
+                call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)));
+  auto program = runtime.program(
+      "collective|" + call.key(), [&call] { return collectives::build(call); }, /*indexed=*/false);
+  // The window holds the group (and so this backend) until it runs.
+  auto self = c10::intrusive_ptr<ProcessGroupTPU>::reclaim_copy(this);
+  auto group = std::make_shared<runtime::CollectiveGroup>();
+  group->key = rendezvous_key_;
+  group->size = size_;
+  group->rank = rank_;
+  group->launch = [self](const std::string& key, const std::function<runtime::ProgramSpec()>& build,
+                         const std::vector<pjrt::BufferPtr>& args,
+                         int device) -> std::optional<std::vector<pjrt::BufferPtr>> {
+    collectives::Rendezvous::Launch launch{key,
+                                           "a Fused window holding collectives",
+                                           build,
+                                           device,
+                                           args,
+                                           /*may_diverge=*/true};
+    WithoutGil unlocked;
+    try {
+      return self->rendezvous_->launch(self->seq_++, self->rank_, std::move(launch), self->timeout_);
+    } catch (const collectives::Diverged&) {
+      return std::nullopt;
+    } catch (const collectives::GroupError& e) {
+      TORCH_CHECK(false, e.what());
+    }
+  };
+  auto alone = [self, call, device](const std::vector<pjrt::BufferPtr>& args) {
+    return std::vector<pjrt::BufferPtr>{self->join_recorded(call, device, args.at(0))};
+  };
+  return runtime.record_collective(program, {std::move(value)}, device, collectives::name(call.kind), group, alone)
+      .at(0);
+}
+
+pjrt::BufferPtr ProcessGroupTPU::join_recorded(const Call& call, int device, pjrt::BufferPtr value) {
+  WithoutGil unlocked;
+  // Every rank's next un-run collective is this one: after a meeting where
+  // some brought a window, everyone brings this call alone (see README).
+  for (int tries = 0;; ++tries) {
+    try {
+      return rendezvous_->join(seq_++, rank_, call, device, value, timeout_, /*recorded=*/true);
+    } catch (const collectives::Diverged& e) {
+      TORCH_CHECK(tries < 1000, "torch_tpu: ", collectives::describe(call, device),
+                  ": the ranks' Fused windows kept differing; ", e.what());
+    } catch (const collectives::GroupError& e) {
+      TORCH_CHECK(false, e.what());
+    }
+  }
+}
+
+void ProcessGroupTPU::flush_window(int device) {
+  if (!host_ && Runtime::get().mode() == runtime::EagerMode::Fused) Runtime::get().flush(device, "collective");
+}
+
+bool ProcessGroupTPU::set_fused_collectives(bool on) { return fused_collectives().exchange(on); }
+
 void ProcessGroupTPU::abort() { rendezvous_->abort("torch_tpu: rank " + std::to_string(rank_) + " aborted the group"); }
 
 Call ProcessGroupTPU::call_of(Kind kind, const at::Tensor& t) const {
@@ -106,8 +180,9 @@ pjrt::BufferPtr ProcessGroupTPU::run(Call call, const at::Tensor& input, const c
   if (std::string why = call.invalid(); !why.empty()) TORCH_CHECK(false, "torch_tpu: ", op, ": ", why);
   if (host_) return staged(call, input);
   auto value = aten::read_dense(input);
-  Runtime::get().resolve(*value, "collective");
   const int device = aten::device_index(input);
+  if (Runtime::get().mode() == runtime::EagerMode::Fused && fused_collectives()) return record(call, device, value);
+  Runtime::get().resolve(*value, "collective");
   WithoutGil unlocked;
   try {
     return rendezvous_->join(seq_++, rank_, call, device, value, timeout_);
@@ -426,6 +501,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& te
     t.copy_(cpu[0]);
     return done(rank_, c10d::OpType::RECV, tensors);
   }
+  flush_window(aten::device_index(t));
   collectives::Rendezvous::Message message;
   {
     WithoutGil unlocked;
@@ -448,6 +524,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::barrier(const c10d::BarrierOptio
     agree(nullptr, -1);  // everyone came, and all to a barrier
     return done(rank_, c10d::OpType::BARRIER, {});
   }
+  flush_window(c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index());
   {
     WithoutGil unlocked;
     try {

@@ -8,6 +8,7 @@
 // each Work is complete when handed out.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -82,9 +83,23 @@ class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d:
   // eagerly). XLA transport only.
   std::optional<std::vector<pjrt::BufferPtr>> launch(collectives::Rendezvous::Launch launch);
 
+  // Whether Fused mode records collectives into windows (TORCH_TPU_FUSED_COLLECTIVES,
+  // default on) from now on; returns the previous setting.
+  static bool set_fused_collectives(bool on);
+
  private:
   // Runs `call` on this rank's flat `input`; returns this rank's flat result.
+  // In Fused mode the call is recorded into the rank's window (a placeholder).
   pjrt::BufferPtr run(collectives::Call call, const at::Tensor& input, const char* op);
+  // Fused mode: `call` recorded into `device`'s window (README "Collectives in Fused windows").
+  pjrt::BufferPtr record(const collectives::Call& call, int device, pjrt::BufferPtr value);
+  // A recorded collective run on its own (its window was replayed): a meeting
+  // that, when the other ranks bring something else (their windows), is
+  // tried again at the next one, as theirs will be.
+  pjrt::BufferPtr join_recorded(const collectives::Call& call, int device, pjrt::BufferPtr value);
+  // Before this rank waits for the others outside a collective (a barrier, a
+  // recv): its window runs first, since it may hold collectives they wait for.
+  void flush_window(int device);
   collectives::Call call_of(collectives::Kind kind, const at::Tensor& t) const;
   // all_to_all of a flat tensor whose chunks differ in length: send_counts[r]
   // elements go to rank r, recv_counts[r] come from it. Returns the received
@@ -105,8 +120,9 @@ class __attribute__((visibility("hidden"))) ProcessGroupTPU final : public c10d:
   c10::intrusive_ptr<c10d::Backend> host_;
 
   std::shared_ptr<collectives::Rendezvous> rendezvous_;
+  std::string rendezvous_key_;
   std::chrono::milliseconds timeout_;
-  uint64_t seq_ = 0;  // this rank's collectives so far: the ranks meet at equal numbers
+  std::atomic<uint64_t> seq_{0};  // this rank's collectives so far: the ranks meet at equal numbers
 };
 
 }  // namespace torch_tpu::distributed

@@ -10,6 +10,7 @@ namespace py = pybind11;
 namespace torch_tpu::python {
 
 void bind_distributed(py::module& m) {
+  m.def("_set_fused_collectives", &distributed::ProcessGroupTPU::set_fused_collectives);
   m.def("_bind_process_group", [m]() mutable {
     if (py::hasattr(m, "ProcessGroupTPU")) return;
     py::class_<distributed::ProcessGroupTPU, c10d::Backend, c10::intrusive_ptr<distributed::ProcessGroupTPU>>(

@@ -13,6 +13,7 @@
 #include "aten/generator.h"
 #include "aten/tensor_access.h"
 #include "lowering/registry.h"
+#include "runtime/fused_window.h"
 #include "runtime/runtime.h"
 
 namespace py = pybind11;
@@ -99,6 +100,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("metrics", [] { return Runtime::get().metrics(); });
   m.def("_mark_dynamic", &torch_tpu::aten::mark_dynamic);
   m.def("_dynamic_shapes_enabled", &torch_tpu::aten::dynamic_shapes_enabled);
+  m.def("_set_dynamic", &torch_tpu::aten::set_dynamic_setting);
+  m.def("_forget_auto_bounds", &torch_tpu::aten::forget_auto_bounds);
   m.def("_bucket_for", &torch_tpu::aten::bucket_for);
   m.def("_as_padded", [](const at::Tensor& full, std::vector<int64_t> real, std::vector<int64_t> bounded) {
     return torch_tpu::aten::as_padded(full, real, bounded);
@@ -200,10 +203,19 @@ PYBIND11_MODULE(_C, m) {
       default: return "strict";
     }
   });
-  // Runs Fused mode's window now (mark_step, the optimizer-step hook, exit).
+  // Runs Fused mode's windows now (mark_step, the optimizer-step hook, exit):
+  // the current device's, and every other that never held collectives (a
+  // rank's window with collectives is its own thread's to run).
   m.def("_flush", [](const std::string& reason) {
     py::gil_scoped_release release;
     Runtime::get().flush(reason.c_str());
+    Runtime::get().flush(c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index(),
+                         reason.c_str());
+  });
+  m.def("_set_thread_rank", &torch_tpu::runtime::FusedWindow::set_thread_rank);
+  m.def("_discard_collectives", [](int device) {
+    py::gil_scoped_release release;
+    Runtime::get().discard_collectives(device);
   });
   // The structured trace (torch_tpu/_trace.py): `listener(family, key, mlir,
   // how, context, ms)` per program compiled or loaded from the disk cache.

@@ -81,11 +81,28 @@ std::string join(const std::vector<std::string>& items) {
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> next_generation{1};
+thread_local int current_thread_rank = -1;  // FusedWindow::set_thread_rank's
+
+// The rank recording: the thread's (a world rank, under run_threads), else
+// the group's.
+int recording_rank(const CollectiveGroup* group) {
+  return current_thread_rank >= 0 ? current_thread_rank : group ? group->rank : -1;
+}
+
+// A group's key hash (never 0) over its recording rank, in one word.
+uint64_t identity_of(const CollectiveGroup& group) {
+  return (std::hash<std::string>{}(group.key) | 1) << 16 | static_cast<uint64_t>(recording_rank(&group) & 0xffff);
+}
+}  // namespace
+
 FusedWindow::FusedWindow(Runtime& runtime)
     : runtime_(runtime),
       limit_(static_cast<size_t>(positive_env("TORCH_TPU_FUSED_WINDOW", 2048, "ops per fused window"))),
       debug_(std::getenv("TORCH_TPU_FUSED_DEBUG") != nullptr &&
-             std::string(std::getenv("TORCH_TPU_FUSED_DEBUG")) == "1") {}
+             std::string(std::getenv("TORCH_TPU_FUSED_DEBUG")) == "1"),
+      generation_(next_generation.fetch_add(1)) {}
 
 namespace {
 std::function<std::string()>& stack_provider() {
@@ -96,6 +113,10 @@ std::function<std::string()>& stack_provider() {
 
 void FusedWindow::set_stack_provider(std::function<std::string()> provider) { stack_provider() = std::move(provider); }
 
+void FusedWindow::set_thread_rank(int rank) { current_thread_rank = rank; }
+
+int FusedWindow::thread_rank() { return current_thread_rank; }
+
 std::string FusedWindow::stack() { return stack_provider() ? stack_provider()() : std::string(); }
 
 bool FusedWindow::empty() {
@@ -104,13 +125,29 @@ bool FusedWindow::empty() {
 }
 
 std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
-                                                 int device, const char* what) {
+                                                 int device, const char* what,
+                                                 const std::shared_ptr<const CollectiveGroup>& group, RunAlone alone) {
   std::string stack;
   if (debug_ && stack_provider()) stack = stack_provider()();  // before the lock: it takes the GIL
+  const uint64_t identity = group ? identity_of(*group) : 0;
+  // Checked before the lock: the other rank may hold it, waiting for this one.
+  const uint64_t held = group_identity_.load();
+  const int rank = recording_rank(group.get());
+  if (held != 0 && rank >= 0 && static_cast<int>(held & 0xffff) != rank && (!group || held >> 16 == identity >> 16))
+    throw std::runtime_error("torch_tpu: ranks " + std::to_string(held & 0xffff) + " and " + std::to_string(rank) +
+                             " of a process group use the same device (tpu:" + std::to_string(device) +
+                             ") in Fused mode. Each rank needs its own device: call torch.tpu.set_device(rank) in "
+                             "each rank.");
   std::lock_guard<std::mutex> lock(mutex_);
   if (!calls_.empty() && device != device_) flush_locked("device");
+  if (group && group_ && group->key != group_->key) flush_locked("collective_group");
   device_ = device;
-  Call call{program, {}, static_cast<int>(values_.size()), what, std::move(stack)};
+  if (group) {
+    group_ = group;
+    group_identity_ = identity;
+    runtime_.count("fused_collectives");
+  }
+  Call call{program, {}, static_cast<int>(values_.size()), what, std::move(stack), std::move(alone)};
   call.args.reserve(args.size());
   key_ += 'p';
   append_int(key_, program->id);
@@ -153,9 +190,24 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
   return outputs;
 }
 
-void FusedWindow::flush(const char* reason) {
+void FusedWindow::flush(const char* reason, bool with_collectives) {
+  if (with_collectives) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return flush_locked(reason);
+  }
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (lock.owns_lock() && !group_) flush_locked(reason);
+}
+
+void FusedWindow::discard_collectives() {
   std::lock_guard<std::mutex> lock(mutex_);
-  flush_locked(reason);
+  if (!group_) return;
+  runtime_.count("fused_discarded_windows");
+  clear();
+}
+
+bool FusedWindow::owns(const pjrt::Buffer& b) const {
+  return b.is_placeholder() && b.tag() >> 32 == generation_.load(std::memory_order_relaxed);
 }
 
 bool FusedWindow::add_check(const pjrt::BufferPtr& flags, std::vector<std::string>& messages) {
@@ -233,8 +285,12 @@ std::string FusedWindow::module_text(const std::vector<int>& live, const std::ve
     result_names.push_back("%checks");
     results.push_back(type);
   }
-  return "module @torch_tpu {\n" + functions + "  func.func public @main(" + join(params) + ") -> (" + join(results) +
-         ") {\n" + body + "    \"func.return\"(" + join(result_names) + ") : (" + join(results) + ") -> ()\n  }\n}\n";
+  const std::string attributes = group_ ? " attributes {mhlo.num_partitions = " + std::to_string(group_->size) +
+                                              " : i32, mhlo.num_replicas = 1 : i32}"
+                                        : "";
+  return "module @torch_tpu" + attributes + " {\n" + functions + "  func.func public @main(" + join(params) + ") -> (" +
+         join(results) + ") {\n" + body + "    \"func.return\"(" + join(result_names) + ") : (" + join(results) +
+         ") -> ()\n  }\n}\n";
 }
 
 // Inputs the window holds the only reference to (a storage overwritten in the
@@ -272,7 +328,8 @@ void FusedWindow::flush_locked(const char* reason) {
     }
   }
   const int64_t ops = static_cast<int64_t>(calls_.size());
-  if (live.empty() && checks_.empty()) {  // nothing recorded is still wanted: nothing to run
+  // Nothing recorded is still wanted: nothing to run (but collectives, which the other ranks wait for).
+  if (live.empty() && checks_.empty() && !group_) {
     runtime_.count("fused_dead_windows");
     clear();
     return;
@@ -296,58 +353,78 @@ void FusedWindow::flush_locked(const char* reason) {
     key += ',';
   }
   bool built = false;
+  auto build = [&] {
+    built = true;
+    std::vector<TensorType> types;
+    for (int v : live) {
+      const Value& value = values_[v];
+      const TensorType& t = calls_[value.call].program->outputs.at(value.output);
+      types.push_back({t.dtype, {t.numel()}});
+    }
+    if (!checks_.empty()) types.push_back({DType::Bool, {check_count()}});
+    return ProgramSpec(module_text(live, aliases, !checks_.empty()), types);
+  };
   std::vector<pjrt::BufferPtr> results;
-  try {
-    auto program = runtime_.program(
-        key,
-        [&] {
-          built = true;
-          std::vector<TensorType> types;
-          for (int v : live) {
-            const Value& value = values_[v];
-            const TensorType& t = calls_[value.call].program->outputs.at(value.output);
-            types.push_back({t.dtype, {t.numel()}});
-          }
-          if (!checks_.empty()) types.push_back({DType::Bool, {check_count()}});
-          return ProgramSpec(module_text(live, aliases, !checks_.empty()), types);
-        },
-        /*indexed=*/false, nullptr, ProgramKind::Window);
-    if (built) {
-      runtime_.count("fused_window_compiles");
-      if (!compiled_sequences_.insert(std::hash<std::string>{}(sequence_key())).second)
-        runtime_.count("fused_recompiles");
-    } else {
-      runtime_.count("fused_window_hits");
-    }
-    // Its outputs are storages already accounted for: no second memory check.
-    const auto launch = std::chrono::steady_clock::now();
-    struct ClearContext {
-      ~ClearContext() { Runtime::set_program_context({}); }
-    } clear_context;
-    if (built && Runtime::has_program_listener()) {  // what the structured trace says of the window
-      std::string context = "Fused window of " + std::to_string(ops) + " ops, flushed by " + reason + ":";
-      for (const Call& c : calls_) context += std::string(" ") + (c.what ? c.what : "?");
-      Runtime::set_program_context(std::move(context));
-    }
-    results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false, /*keep=*/{},
-                                   /*note=*/false);
-    runtime_.count(
-        "fused_launch_us",
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - launch).count());
-    runtime_.count("fused_donated_buffers", static_cast<int64_t>(aliases.size()));
-    if (debug_)
-      for (const auto& r : results) r->await_ready();
-  } catch (const std::exception& e) {
-    std::string error = e.what();
+  if (group_) {  // with the other ranks' windows, over the group's devices
+    std::optional<std::vector<pjrt::BufferPtr>> launched;
     try {
-      replay(live, holders, error);
-    } catch (...) {
+      launched = group_->launch(key, build, inputs_, device_);
+    } catch (...) {  // a rank failed or never came: the collectives cannot run alone either
       clear();
       throw;
     }
-    clear();
-    return;
-  }
+    if (!launched) {
+      runtime_.count("fused_collective_replays");
+      try {
+        replay(live, holders, {});
+      } catch (...) {
+        clear();
+        throw;
+      }
+      clear();
+      return;
+    }
+    runtime_.count("fused_collective_windows");
+    results = std::move(*launched);
+  } else
+    try {
+      auto program = runtime_.program(key, build, /*indexed=*/false, nullptr, ProgramKind::Window);
+      if (built) {
+        runtime_.count("fused_window_compiles");
+        if (!compiled_sequences_.insert(std::hash<std::string>{}(sequence_key())).second)
+          runtime_.count("fused_recompiles");
+      } else {
+        runtime_.count("fused_window_hits");
+      }
+      // Its outputs are storages already accounted for: no second memory check.
+      const auto launch = std::chrono::steady_clock::now();
+      struct ClearContext {
+        ~ClearContext() { Runtime::set_program_context({}); }
+      } clear_context;
+      if (built && Runtime::has_program_listener()) {  // what the structured trace says of the window
+        std::string context = "Fused window of " + std::to_string(ops) + " ops, flushed by " + reason + ":";
+        for (const Call& c : calls_) context += std::string(" ") + (c.what ? c.what : "?");
+        Runtime::set_program_context(std::move(context));
+      }
+      results = runtime_.execute_now(*program, inputs_, device_, "fused window", /*check_memory=*/false, /*keep=*/{},
+                                     /*note=*/false);
+      runtime_.count(
+          "fused_launch_us",
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - launch).count());
+      runtime_.count("fused_donated_buffers", static_cast<int64_t>(aliases.size()));
+      if (debug_)
+        for (const auto& r : results) r->await_ready();
+    } catch (const std::exception& e) {
+      std::string error = e.what();
+      try {
+        replay(live, holders, error);
+      } catch (...) {
+        clear();
+        throw;
+      }
+      clear();
+      return;
+    }
   for (size_t i = 0; i < live.size(); ++i) holders[i]->fill_from(*results[i]);
   runtime_.note_launched(device_, holders, "fused window");  // results lost their handles to them
   if (!checks_.empty()) {
@@ -402,7 +479,8 @@ void FusedWindow::replay(const std::vector<int>& live, const std::vector<pjrt::B
     try {
       std::vector<int64_t> keep(args.size());  // donating nothing: the window may still need every input
       std::iota(keep.begin(), keep.end(), 0);
-      outs = runtime_.execute_now(*call.program, args, device_, call.what, /*check_memory=*/true, keep);
+      outs = call.alone ? call.alone(args)
+                        : runtime_.execute_now(*call.program, args, device_, call.what, /*check_memory=*/true, keep);
       for (const auto& o : outs) o->await_ready();
     } catch (const std::exception& e) {
       if (failure.empty())
@@ -431,7 +509,7 @@ void FusedWindow::replay(const std::vector<int>& live, const std::vector<pjrt::B
   runtime_.count("fused_replays");
   if (!failure.empty()) throw std::runtime_error(failure);
   static bool warned = false;
-  if (!warned) {
+  if (!warned && !error.empty()) {  // (empty: a window of collectives the ranks recorded differently)
     warned = true;
     std::fprintf(stderr,
                  "torch_tpu: warning: a fused window of %zu ops failed as one program and ran op by op instead "
@@ -449,7 +527,9 @@ void FusedWindow::clear() {
   input_first_use_.clear();
   previous_.clear();
   key_.clear();
-  ++generation_;
+  group_.reset();
+  group_identity_ = 0;
+  generation_ = next_generation.fetch_add(1);
 }
 
 }  // namespace torch_tpu::runtime

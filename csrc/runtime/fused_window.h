@@ -5,6 +5,7 @@
 // tensor holds never leave the program.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,11 +23,22 @@ class FusedWindow {
  public:
   explicit FusedWindow(Runtime& runtime);
   // Records `program` applied to `args` on `device`; returns its outputs as
-  // placeholder buffers, filled at the flush.
+  // placeholder buffers, filled at the flush. `group`: the program is a
+  // collective of that group, run by `alone` when the window is replayed;
+  // the window then runs over the group's devices (a collective of another
+  // group flushes it first).
   std::vector<pjrt::BufferPtr> record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args, int device,
-                                      const char* what);
+                                      const char* what, const std::shared_ptr<const CollectiveGroup>& group = nullptr,
+                                      RunAlone alone = {});
   // Runs the window as one program and fills the placeholders still held.
-  void flush(const char* reason);
+  // `with_collectives` false: a window that holds collectives, or that
+  // another thread holds (a rank's thread, maybe waiting in it for the
+  // other ranks), is left as it is.
+  void flush(const char* reason, bool with_collectives = true);
+  // Whether `b` is a placeholder of this window.
+  bool owns(const pjrt::Buffer& b) const;
+  // Drops the window, unrun, if it holds collectives (see Runtime::discard_collectives).
+  void discard_collectives();
   // Takes the check flags of an op recorded in this window (a placeholder it
   // made): at the flush every such op's flags leave the window as one array,
   // verified with one copy to the host; the messages get where the op was
@@ -38,6 +50,11 @@ class FusedWindow {
   void replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before);
   bool empty();
   static void set_stack_provider(std::function<std::string()> provider);
+  // The rank of a process group whose ranks are threads (run_threads) that
+  // the calling thread runs, or -1: a rank recording into a window that
+  // holds another rank's collectives raises instead of waiting on it.
+  static void set_thread_rank(int rank);
+  static int thread_rank();
   static std::string stack();  // the provider's frames, or ""
 
  private:
@@ -52,6 +69,7 @@ class FusedWindow {
     int first_value;  // its outputs are values first_value, first_value + 1, ...
     const char* what;
     std::string stack;  // where it was recorded (TORCH_TPU_FUSED_DEBUG=1)
+    RunAlone alone;     // a collective's: how it runs when replayed
   };
   struct Value {
     std::weak_ptr<pjrt::Buffer> placeholder;
@@ -92,7 +110,9 @@ class FusedWindow {
   std::mutex mutex_;
   const size_t limit_;
   const bool debug_;
-  uint64_t generation_ = 1;  // placeholders carry (generation << 32 | value)
+  // Placeholders carry (generation << 32 | value); generations are unique
+  // across windows, so a placeholder names its window.
+  std::atomic<uint64_t> generation_;
   int device_ = 0;
   std::vector<Call> calls_;
   std::vector<Value> values_;
@@ -104,6 +124,10 @@ class FusedWindow {
   std::string key_;
   std::unordered_map<uint64_t, Signature> signatures_;  // by program id
   std::unordered_set<size_t> compiled_sequences_;       // hashes of op sequences (recompile detection)
+  std::shared_ptr<const CollectiveGroup> group_;        // of the collectives recorded, if any
+  // group_'s key hash and recording rank, readable without the lock (which a
+  // rank waiting at a meeting holds): 0 when no collective is recorded.
+  std::atomic<uint64_t> group_identity_{0};
 };
 
 }  // namespace torch_tpu::runtime

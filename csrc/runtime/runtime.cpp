@@ -358,7 +358,7 @@ Runtime::Runtime() {
   host_copies_.resize(device_count());
   last_record_.resize(device_count());
   synchronized_.resize(device_count());
-  window_ = std::make_unique<FusedWindow>(*this);
+  for (size_t d = 0; d < device_count(); ++d) windows_.push_back(std::make_unique<FusedWindow>(*this));
 }
 
 PJRT_Device* Runtime::device(int index) const {
@@ -808,8 +808,31 @@ void Runtime::unload_oldest(size_t keep) {
 
 std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                               int device, const char* what) {
-  if (mode() == EagerMode::Fused) return window_->record(program, args, device, what);
+  if (mode() == EagerMode::Fused) {
+    resolve_foreign(args, device);
+    return windows_.at(device)->record(program, args, device, what);
+  }
   return execute_now(*program, args, device, what);
+}
+
+std::vector<pjrt::BufferPtr> Runtime::record_collective(const ProgramPtr& program,
+                                                        const std::vector<pjrt::BufferPtr>& args, int device,
+                                                        const char* what,
+                                                        const std::shared_ptr<const CollectiveGroup>& group,
+                                                        RunAlone alone) {
+  resolve_foreign(args, device);
+  return windows_.at(device)->record(program, args, device, what, group, std::move(alone));
+}
+
+FusedWindow* Runtime::window_of(const pjrt::Buffer& placeholder) const {
+  for (const auto& w : windows_)
+    if (w->owns(placeholder)) return w.get();
+  return nullptr;
+}
+
+void Runtime::resolve_foreign(const std::vector<pjrt::BufferPtr>& args, int device) {
+  for (const auto& a : args)
+    if (a->is_placeholder() && !windows_.at(device)->owns(*a)) resolve(*a, "device");
 }
 
 std::vector<pjrt::BufferPtr> Runtime::execute_now(const Program& program, const std::vector<pjrt::BufferPtr>& args,
@@ -844,15 +867,25 @@ void Runtime::note_launched(int device, const std::vector<pjrt::BufferPtr>& outp
   for (const auto& o : outputs) pending.push_back({o, what, o->launch()});
 }
 
-void Runtime::flush(const char* reason) { window_->flush(reason); }
+void Runtime::flush(const char* reason) {
+  // A rank's thread leaves the other ranks' windows alone: cut at another
+  // rank's moment, theirs would differ from the others'.
+  if (FusedWindow::thread_rank() >= 0) return;
+  for (const auto& w : windows_) w->flush(reason, /*with_collectives=*/false);
+}
+
+void Runtime::flush(int device, const char* reason) { windows_.at(device)->flush(reason); }
+
+void Runtime::discard_collectives(int device) { windows_.at(device)->discard_collectives(); }
 
 void Runtime::replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before) {
-  if (before && now && now->is_placeholder()) window_->replaced(now, before);
+  if (!before || !now || !now->is_placeholder()) return;
+  if (FusedWindow* w = window_of(*now)) w->replaced(now, before);
 }
 
 void Runtime::resolve(const pjrt::Buffer& buffer, const char* reason) {
   if (!buffer.is_placeholder()) return;
-  window_->flush(reason);
+  if (FusedWindow* w = window_of(buffer)) w->flush(reason);
   if (buffer.is_placeholder())
     throw std::runtime_error(
         "torch_tpu: this tensor's value was never computed: the fused window that was to compute it failed (see "
@@ -906,12 +939,14 @@ void Runtime::set_stack_provider(std::function<std::string()> provider) {
 }
 
 void Runtime::set_mode(EagerMode m) {
-  if (mode_.load() == EagerMode::Fused && m != EagerMode::Fused) window_->flush("mode_switch");
+  if (mode_.load() == EagerMode::Fused && m != EagerMode::Fused)
+    for (const auto& w : windows_) w->flush("mode_switch");
   mode_.store(m);
 }
 
 void Runtime::defer_check(pjrt::BufferPtr flags, std::vector<std::string> messages) {
-  if (mode() == EagerMode::Fused && window_->add_check(flags, messages)) return;  // the op just recorded
+  if (mode() == EagerMode::Fused && flags->is_placeholder())
+    if (FusedWindow* w = window_of(*flags); w && w->add_check(flags, messages)) return;  // the op just recorded
   queue_check(std::move(flags), std::move(messages));
 }
 
@@ -965,7 +1000,7 @@ void Runtime::verify_checks(uint64_t upto) {
 }
 
 std::shared_ptr<Runtime::Launched> Runtime::launched(int device) {
-  window_->flush("event");
+  windows_.at(device)->flush("event");
   auto work = std::make_shared<Launched>();
   work->device = device;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -1034,7 +1069,7 @@ void Runtime::await(const std::shared_ptr<Launched>& work) {
 }
 
 void Runtime::synchronize(int device) {
-  window_->flush("synchronize");
+  windows_.at(device)->flush("synchronize");
   verify_checks();
   std::vector<Pending> pending;
   {

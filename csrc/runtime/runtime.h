@@ -162,6 +162,26 @@ enum class EagerMode { Strict, Debug, Fused };
 
 class FusedWindow;
 
+// The process group of a collective recorded into a Fused window (ranks that
+// are threads of this process, one device each): the window then runs as one
+// program over the group's devices, every rank launching its own window at
+// once (README "Collectives in Fused windows").
+struct CollectiveGroup {
+  std::string key;  // which group: a window holds one group's collectives
+  int size = 1;     // its ranks: the window program's partitions
+  int rank = 0;     // the recording rank
+  // Launches the window's program (`key` names it, `build` makes it) with this
+  // rank's `args` together with the other ranks' windows; this rank's
+  // outputs, or nullopt when the ranks' windows differ (nothing ran: each
+  // rank then replays its window op by op).
+  std::function<std::optional<std::vector<pjrt::BufferPtr>>(const std::string& key,
+                                                            const std::function<ProgramSpec()>& build,
+                                                            const std::vector<pjrt::BufferPtr>& args, int device)>
+      launch;
+};
+// How a recorded collective runs on its own (a window replayed op by op).
+using RunAlone = std::function<std::vector<pjrt::BufferPtr>(const std::vector<pjrt::BufferPtr>&)>;
+
 // Where Runtime::program found a program: this process's memory, the disk
 // cache (an index entry or an executable for the same StableHLO), or nowhere
 // (compiled now).
@@ -203,6 +223,12 @@ class Runtime {
   // Throws OutOfMemory, before running, when its outputs cannot fit.
   std::vector<pjrt::BufferPtr> execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args, int device,
                                        const char* what);
+  // Fused mode: records `program`, a collective of `group` (its one-partition
+  // form), into `device`'s window; `alone` runs it when the window is
+  // replayed op by op. Returns placeholders.
+  std::vector<pjrt::BufferPtr> record_collective(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
+                                                 int device, const char* what,
+                                                 const std::shared_ptr<const CollectiveGroup>& group, RunAlone alone);
   // Runs `program` now in any mode (a compiled graph, a fused window); a
   // placeholder argument flushes the window first. `keep`: arguments the
   // program aliases to outputs that must not be donated (see
@@ -226,9 +252,18 @@ class Runtime {
   std::vector<std::vector<pjrt::BufferPtr>> execute_on_devices(const Program& program,
                                                                const std::vector<std::vector<pjrt::BufferPtr>>& args,
                                                                const char* what);
-  // Runs the fused window, if it holds anything; `reason` is counted in the
-  // metrics as fused_flush_<reason>.
+  // Runs the fused windows (one per device), if they hold anything; `reason`
+  // is counted in the metrics as fused_flush_<reason>. A window holding
+  // collectives is left to its own rank's thread: flushing it waits for the
+  // other ranks' windows (its device's flush, or a read of its values, runs
+  // it); so is one another thread is using. In a rank's thread (see
+  // FusedWindow::set_thread_rank) it does nothing: flush(device) runs the rank's own.
   void flush(const char* reason);
+  // Runs `device`'s fused window.
+  void flush(int device, const char* reason);
+  // Drops `device`'s window if it holds collectives (its rank raised: the
+  // other ranks will not meet it); its values are never computed.
+  void discard_collectives(int device);
   // `outputs` of a launch on `device`, for synchronize and events to wait
   // for. execute_now notes its own unless told not to; a window notes the
   // placeholders its results were moved into (the results die at the flush).
@@ -376,7 +411,11 @@ class Runtime {
   // A program from the disk cache's index entry (see program()), or null.
   std::shared_ptr<Program> load_indexed(DiskCache& disk, const std::string& index_key);
   friend class FusedWindow;
-  std::unique_ptr<FusedWindow> window_;
+  std::vector<std::unique_ptr<FusedWindow>> windows_;  // Fused mode's, one per device
+  // The window whose value `placeholder` is, or null (a failed window's).
+  FusedWindow* window_of(const pjrt::Buffer& placeholder) const;
+  // Placeholders among `args` that another device's window computes are computed first.
+  void resolve_foreign(const std::vector<pjrt::BufferPtr>& args, int device);
   std::atomic<uint64_t> next_program_id_{1};
   std::unique_ptr<pjrt::Client> client_;
   std::unique_ptr<DiskCache> disk_;

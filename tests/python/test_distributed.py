@@ -461,3 +461,94 @@ def test_compiled_ddp_model_trains_as_one_process():
     for params in ranks:
         for got, want in zip(params, single.parameters(), strict=True):
             torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+
+
+def fused_collective_counts():
+    m = torch_tpu.metrics()
+    return m.get("fused_collective_windows", 0), m.get("fused_collective_replays", 0)
+
+
+def test_fused_window_holds_its_collectives(transport):
+    """Fused mode: collectives join the rank's window (no flush at each), and
+    the ranks' windows run as one program over their devices (XLA transport;
+    host staging flushes at each, as before)."""
+
+    def body(rank):
+        t = rank_input(rank).to("tpu") * 2
+        dist.all_reduce(t)
+        u = t.sin()
+        dist.all_reduce(u, op=dist.ReduceOp.MAX)
+        gathered = torch.empty(WORLD * 15, device="tpu")
+        dist.all_gather_into_tensor(gathered, (u + rank).reshape(-1))
+        return gathered.cpu()
+
+    xs = all_inputs()
+    u = (torch.stack(xs).sum(0) * 2).sin()
+    want = torch.cat([(u + r).reshape(-1) for r in range(WORLD)])
+    windows, replays = fused_collective_counts()
+    with torch_tpu.set_eager_mode("fused"):
+        ranks = run_threads(body)
+    for got in ranks:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    windows, replays = (a - b for a, b in zip(fused_collective_counts(), (windows, replays), strict=True))
+    # xla: one window per rank with all three collectives inside, never replayed
+    assert (windows, replays) == ((WORLD, 0) if transport == "xla" else (0, 0))
+
+
+def test_fused_ddp_steps_hold_their_all_reduces_and_survive_ranks_that_read_early(transport):
+    """A DDP training step in Fused mode: the reducer's bucket all-reduces are
+    recorded into each rank's window, and every step's window runs as one
+    program per rank, equal to one process on the whole batch. When one rank
+    reads a value mid-step (its window ends early), the ranks' windows differ:
+    each is replayed op by op, its collectives meeting one at a time, with the
+    same results."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(WORLD, 8, 8, generator=g), torch.randn(WORLD, 8, 4, generator=g)
+    steps = 3
+
+    def train(read_early):
+        def body(rank):
+            model = DistributedDataParallel(copy.deepcopy(base).to("tpu"))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            losses = []
+            for _ in range(steps):
+                loss = torch.nn.functional.mse_loss(model(x[rank].to("tpu")), y[rank].to("tpu"))
+                loss.backward()
+                if read_early and rank == 0:
+                    float(model.module[0].weight.grad.sum())
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.item())
+            return losses, [p.detach().cpu() for p in model.parameters()]
+
+        before = fused_collective_counts()
+        with torch_tpu.set_eager_mode("fused"):
+            ranks = run_threads(body)
+        return ranks, [a - b for a, b in zip(fused_collective_counts(), before, strict=True)]
+
+    single = copy.deepcopy(base)
+    opt = torch.optim.SGD(single.parameters(), lr=0.1)
+    want_losses = []
+    for _ in range(steps):
+        losses = [torch.nn.functional.mse_loss(single(x[r]), y[r]) for r in range(WORLD)]
+        (sum(losses) / WORLD).backward()
+        opt.step()
+        opt.zero_grad()
+        want_losses.append([float(v) for v in losses])
+    for read_early in (False, True):
+        ranks, (windows, replays) = train(read_early)
+        for rank, (losses, params) in enumerate(ranks):
+            torch.testing.assert_close(losses, [s[rank] for s in want_losses], rtol=1e-5, atol=1e-6)
+            for got, want in zip(params, single.parameters(), strict=True):
+                torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+        if transport == "host":
+            assert (windows, replays) == (0, 0)
+        elif not read_early:  # every step: one window per rank, its all-reduces inside
+            assert windows >= steps * WORLD and replays == 0, (windows, replays)
+        else:
+            assert replays >= steps, (windows, replays)
