@@ -7,10 +7,18 @@ tensors across the same 2 processes. Bus bandwidth as nccl-tests defines it:
 all_reduce moves 2(n-1)/n of the bytes per rank, all_gather (n-1)/n of the
 output. Medians of --iters timed calls after warmup.
 
-    python benchmarks/collectives.py [--iters N] [--max-mb 64]
+Then a DDP training step over the 4 devices as thread ranks (XLA transport),
+ms per step in one run: Strict mode (each bucket's all-reduce its own
+program), Fused mode with every collective flushing the window, Fused mode
+with the all-reduces inside the step's window, and torch.compile of the DDP
+model (compiled pieces, all-reduces eager between them); the baseline is
+Strict.
+
+    python benchmarks/collectives.py [--iters N] [--max-mb 64] [--ddp-only]
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -84,15 +92,73 @@ def threads(args) -> dict:
     return run_threads(lambda rank: measure("tpu", sizes, args.iters, 4), world_size=4)[0]
 
 
+DDP_RUNS = [  # (row, eager mode, collectives inside Fused windows, torch.compile)
+    ("Strict: a program per bucket all-reduce", "strict", True, False),
+    ("Fused, each collective flushes the window", "fused", False, False),
+    ("Fused, all-reduces inside the step's window", "fused", True, False),
+    ("torch.compile (Strict), all-reduces between the pieces", "strict", True, True),
+]
+
+
+def ddp_steps(iters: int) -> list:
+    """(row, ms per step, program launches per step) of each DDP_RUNS entry: a
+    launch over the 4 devices (a collective, a window holding collectives) counts once."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    import torch_tpu
+    from torch_tpu.distributed import run_threads
+
+    os.environ["TORCH_TPU_COLLECTIVES"] = "xla"
+    ranks, width, batch, warmup = 4, 512, 64, 3
+    layers = [m for _ in range(4) for m in (torch.nn.Linear(width, width), torch.nn.ReLU())]
+    base = torch.nn.Sequential(*layers, torch.nn.Linear(width, 64))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(ranks, batch, width, generator=g), torch.randn(ranks, batch, 64, generator=g)
+
+    def body(rank, compiled):
+        model = DistributedDataParallel(copy.deepcopy(base).to("tpu"), bucket_cap_mb=1)
+        step = torch.compile(model, backend="tpu") if compiled else model
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        xs, ys = x[rank].to("tpu"), y[rank].to("tpu")
+        samples = []
+        for i in range(warmup + iters):
+            if i == warmup:
+                dist.barrier()
+                executions = torch_tpu.metrics()["executions"]
+            t0 = time.perf_counter()
+            torch.nn.functional.mse_loss(step(xs), ys).backward()
+            opt.step()
+            opt.zero_grad()
+            torch.tpu.synchronize()
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples[warmup:]), torch_tpu.metrics()["executions"] - executions
+
+    rows = []
+    for name, mode, inside, compiled in DDP_RUNS:
+        previous = torch_tpu._C._set_fused_collectives(inside)
+        try:
+            with torch_tpu.set_eager_mode(mode):
+                seconds, executions = run_threads(functools.partial(body, compiled=compiled), world_size=ranks)[0]
+        finally:
+            torch_tpu._C._set_fused_collectives(previous)
+        rows.append((name, seconds * 1e3, executions / iters))
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--max-mb", type=int, default=64)
+    p.add_argument("--ddp-only", action="store_true", help="only the DDP step rows")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    if args.ddp_only:
+        return print_ddp(ddp_steps(args.iters), args.iters)
 
     xla = threads(args)
     with socket.socket() as s:
@@ -120,6 +186,19 @@ def main() -> None:
         g = bus_gbps(op, nbytes, 2, procs["gloo"][key])
         size = f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
         print(f"| {op} | {size} | {a:.3g} | {b:.3g} | {g:.3g} | {b / g:.2f} |")
+    print()
+    print_ddp(ddp_steps(args.iters), args.iters)
+
+
+def print_ddp(rows, iters: int) -> None:
+    print(
+        "DDP step: 4 x (Linear 512x512 + ReLU) + Linear 512x64, batch 64 per rank, SGD, bucket_cap_mb=1, "
+        f"4 thread ranks (XLA transport); medians of {iters} steps after 3"
+    )
+    print("| run | ms per step | vs Strict | program launches per step, 4 ranks |")
+    print("|---|---:|---:|---:|")
+    for name, ms, programs in rows:
+        print(f"| {name} | {ms:.1f} | {rows[0][1] / ms:.2f}x | {programs:.1f} |")
 
 
 def torch_tpu_platform() -> str:
