@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import hashlib
 import operator
+import sys
 import time
 import warnings
 
@@ -774,6 +775,8 @@ def _build(gm: torch.fx.GraphModule, name: str):
 
     def spmd_program(args):
         # Inputs marked by torch_tpu.distributed.mark_sharding: one program over their mesh.
+        if g.group or not getattr(sys.modules.get("torch_tpu.distributed"), "any_marked", False):
+            return program
         shardings = [getattr(a, "_tpu_sharding", None) for a in args]
         marked = [s for s in shardings if s is not None]
         if not marked or g.group:

@@ -167,6 +167,14 @@ def mark_sharding(tensor, mesh, placements):
     if not isinstance(tensor, torch.Tensor) or tensor.device.type != "tpu":
         where = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
         raise ValueError(f"torch_tpu.distributed.mark_sharding: expected a tensor on tpu, got one on {where}")
+    if hasattr(mesh, "mesh") and dist.is_initialized():
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("tpu"))
+        if getattr(backend, "host_staged", False):
+            raise ValueError(
+                "torch_tpu.distributed.mark_sharding: the DeviceMesh's ranks are processes (torchrun), each with "
+                "its own device; an SPMD program runs over this process's devices: pass a nested list of their "
+                "indices (or use DTensor, whose collectives run between the processes)"
+            )
     grid = torch.as_tensor(mesh.mesh if hasattr(mesh, "mesh") else mesh)
     if grid.dtype.is_floating_point or grid.dim() == 0:
         raise ValueError(f"torch_tpu.distributed.mark_sharding: mesh {mesh!r} is not a list of device indices")
@@ -200,4 +208,9 @@ def mark_sharding(tensor, mesh, placements):
                 f"into {n} pieces over mesh {list(grid.shape)} ({placements}); pad it to a multiple of {n}"
             )
     tensor._tpu_sharding = _Sharding(devices, list(grid.shape), axes)
+    global any_marked
+    any_marked = True
     return tensor
+
+
+any_marked = False  # whether mark_sharding was ever called (compiled graphs look for marks only then)

@@ -136,3 +136,20 @@ def test_an_input_the_graph_overwrites_is_written_back():
     assert launches() - before == 1
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(st.cpu(), stat, rtol=1e-5, atol=1e-5)
+
+
+def test_a_device_mesh_of_process_ranks_is_refused(monkeypatch):
+    """Ranks that are processes (host staging, as under torchrun) each have one
+    device: a DeviceMesh of them names no devices of this process."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from torch_tpu.distributed import run_threads
+
+    monkeypatch.setenv("TORCH_TPU_COLLECTIVES", "host")
+
+    def body(rank):
+        mesh = init_device_mesh("tpu", (2,))
+        with pytest.raises(ValueError, match="ranks are processes"):
+            mark_sharding(torch.ones(4, device="tpu"), mesh, [Shard(0)])
+
+    run_threads(body, world_size=2)
