@@ -81,7 +81,8 @@ print(json.dumps({"seconds": seconds, "losses": losses, "compiles": m.get("compi
 
 def run(steps: int, max_len: int, mode: str, bounded: bool) -> dict:
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache)
+        # marked: the static run keeps exact shapes (the default, auto, would bound the copies' length)
+        env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, TORCH_TPU_DYNAMIC="marked")
         out = subprocess.run(
             [sys.executable, "-c", CHILD, str(steps), str(max_len), mode, "1" if bounded else "0"],
             env=env,

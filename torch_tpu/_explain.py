@@ -24,8 +24,8 @@ def _compile_advice(change: str) -> str:
     before = change.split(": ", 1)[-1].split(" -> ")[0]
     if "[" in change:
         return (
-            "a size changes between calls: torch_tpu.mark_dynamic(t, dim, max=...) on the input, "
-            "or TORCH_TPU_DYNAMIC=auto"
+            "a size changes between calls: torch_tpu.mark_dynamic(t, dim, max=...) on the input "
+            "(TORCH_TPU_DYNAMIC=auto, the default, bounds a dim of copies to tpu only after 3 sizes)"
         )
     if before[:1] in ("i", "d") and before[1:2] in "-0123456789.":
         return "a Python number argument changes: pass it as a 0-d tensor, or keep it constant"

@@ -535,9 +535,9 @@ bool copy_padded(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 namespace {
-// TORCH_TPU_DYNAMIC: "marked" (the default: mark_dynamic only), "auto" (also
-// dims that took kAutoAfter sizes in copies), "off" (exact shapes only). Read
-// once; set_dynamic_setting changes it for the rest of the process.
+// TORCH_TPU_DYNAMIC: "auto" (the default: mark_dynamic, and dims that took
+// kAutoAfter sizes in copies), "marked" (mark_dynamic only), "off" (exact shapes only).
+// Read once; set_dynamic_setting changes it for the rest of the process.
 enum class Dynamic { Off, Marked, Auto };
 constexpr const char* kDynamicNames[] = {"off", "marked", "auto"};
 
@@ -545,13 +545,13 @@ Dynamic parse_setting(std::string s) {
   if (s == "0") s = "off";
   for (int i = 0; i < 3; ++i)
     if (s == kDynamicNames[i]) return static_cast<Dynamic>(i);
-  TORCH_CHECK(false, "TORCH_TPU_DYNAMIC='", s, "' is not one of marked (the default), auto, off");
+  TORCH_CHECK(false, "TORCH_TPU_DYNAMIC='", s, "' is not one of auto (the default), marked, off");
 }
 
 std::atomic<Dynamic>& setting() {
   static std::atomic<Dynamic> value{[] {
     const char* v = std::getenv("TORCH_TPU_DYNAMIC");
-    return parse_setting(v && *v ? v : "marked");
+    return parse_setting(v && *v ? v : "auto");
   }()};
   return value;
 }

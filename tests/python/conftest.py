@@ -22,6 +22,17 @@ def _seeded():
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def static_shapes():
+    """TORCH_TPU_DYNAMIC=marked for one test: sizes that change compile a
+    program each (tests of recompile diagnostics vary a size on purpose)."""
+    import torch_tpu
+
+    previous = torch_tpu._C._set_dynamic("marked")
+    yield
+    torch_tpu._C._set_dynamic(previous)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_auto_bounds():
     """Under TORCH_TPU_DYNAMIC=auto, the sizes earlier tests copied bound no

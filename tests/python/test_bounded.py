@@ -433,14 +433,29 @@ print("ok")
 """
 
 
-def run_with(setting: str, code: str) -> None:
-    env = dict(os.environ, TORCH_TPU_DYNAMIC=setting)
+def run_with(setting: str | None, code: str) -> None:
+    """`code` in a fresh process under TORCH_TPU_DYNAMIC=setting (None: unset, the default)."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_TPU_DYNAMIC"}
+    if setting is not None:
+        env["TORCH_TPU_DYNAMIC"] = setting
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
 def test_auto_a_dim_that_took_three_sizes_in_copies_to_tpu_turns_bounded_with_one_warning():
     run_with("auto", AUTO)
+
+
+def test_auto_is_the_default_and_marked_keeps_copies_exact():
+    run_with(None, AUTO)
+    code = (
+        "import torch, torch_tpu\n"
+        "ts = [torch.zeros(3, n).to('tpu') for n in (2, 3, 5, 7)]\n"
+        "assert all(torch_tpu._C._padded_shape(x) is None for x in ts)\n"
+        "assert 'dynamic_dims' not in torch_tpu.metrics()\n"
+        "print('ok')\n"
+    )
+    run_with("marked", code)
 
 
 def test_dynamic_off_keeps_exact_shapes():

@@ -16,4 +16,11 @@ def register() -> str | None:
     # processes (a child forked after the parent used tpu cannot use it).
     os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    # vLLM pads its batches to its own token buckets (platform.token_buckets):
+    # the copies' sizes vary by design, and bounding them again (the default,
+    # TORCH_TPU_DYNAMIC=auto) would pad what is padded already.
+    os.environ.setdefault("TORCH_TPU_DYNAMIC", "marked")
+    from torch_tpu import _C
+
+    _C._set_dynamic(os.environ["TORCH_TPU_DYNAMIC"])
     return "torch_tpu.vllm.platform.TpuPlatform"
