@@ -102,15 +102,19 @@ std::vector<int64_t> mesh_coordinates(const std::vector<int64_t>& mesh, int64_t 
   return at;
 }
 
+// How many pieces `axes` (mesh dims) cut a dimension into.
+int64_t pieces_along(const std::vector<int>& axes, const std::vector<int64_t>& mesh) {
+  int64_t pieces = 1;
+  for (int a : axes) pieces *= mesh[a];
+  return pieces;
+}
+
 // How many pieces `axes` cut a dimension into, and which of them partition `at` holds.
 std::pair<int64_t, int64_t> piece_along(const std::vector<int>& axes, const std::vector<int64_t>& mesh,
                                         const std::vector<int64_t>& at) {
-  int64_t pieces = 1, index = 0;
-  for (int a : axes) {
-    pieces *= mesh[a];
-    index = index * mesh[a] + at[a];
-  }
-  return {pieces, index};
+  int64_t index = 0;
+  for (int a : axes) index = index * mesh[a] + at[a];
+  return {pieces_along(axes, mesh), index};
 }
 
 struct GraphBuilder {
@@ -277,7 +281,7 @@ std::shared_ptr<GraphProgram> compile_graph(const std::string& key, const py::li
       std::vector<int64_t> split, order, piece;
       std::vector<int> flat_axes;
       for (int64_t d = 0; d < rank; ++d) {
-        const int64_t pieces = piece_along((*sharding)[d], mesh, std::vector<int64_t>(mesh.size())).first;
+        const int64_t pieces = pieces_along((*sharding)[d], mesh);
         split.push_back(pieces);
         piece.push_back(shape[d] / pieces);
         order.push_back(d);

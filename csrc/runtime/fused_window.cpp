@@ -386,7 +386,7 @@ void FusedWindow::flush_locked(const char* reason) {
     }
     runtime_.count("fused_collective_windows");
     results = std::move(*launched);
-  } else
+  } else {  // on this device alone
     try {
       auto program = runtime_.program(key, build, /*indexed=*/false, nullptr, ProgramKind::Window);
       if (built) {
@@ -425,6 +425,7 @@ void FusedWindow::flush_locked(const char* reason) {
       clear();
       return;
     }
+  }
   for (size_t i = 0; i < live.size(); ++i) holders[i]->fill_from(*results[i]);
   runtime_.note_launched(device_, holders, "fused window");  // results lost their handles to them
   if (!checks_.empty()) {

@@ -262,6 +262,17 @@ def compiled_collectives(x, y):
     return s + 1, m, g, r, a, b
 
 
+def run_compiled_graphs(body):
+    """run_threads(body), and what its compiled graphs did: the launches of
+    graphs holding collectives, and the warnings of graphs that ran eagerly."""
+    before = torch_tpu.metrics().get("collective::compiled_graph", 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ranks = run_threads(body)
+    eager = [str(w.message) for w in caught if "runs eagerly" in str(w.message)]
+    return ranks, torch_tpu.metrics().get("collective::compiled_graph", 0) - before, eager
+
+
 def test_compiled_graph_runs_its_collectives_in_its_program(transport):
     def body(rank):
         x, y = rank_input(rank, (4, 5)).to("tpu"), rank_input(rank + 10, (2,)).to("tpu")
@@ -270,15 +281,10 @@ def test_compiled_graph_runs_its_collectives_in_its_program(transport):
         want = compiled_collectives(x, y2)
         return [t.cpu() for t in got + (y,)], [t.cpu() for t in want + (y2,)]
 
-    before = torch_tpu.metrics().get("collective::compiled_graph", 0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ranks = run_threads(body)
-    eager = [str(w.message) for w in caught if "runs eagerly" in str(w.message)]
+    ranks, launched, eager = run_compiled_graphs(body)
     for got, want in ranks:
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
-    launched = torch_tpu.metrics().get("collective::compiled_graph", 0) - before
     if transport == "xla":  # one program per rank, launched together: no eager fallback
         assert not eager and launched == WORLD
         # metrics say what each program holds: 7 collectives, and the bytes they take in per launch
@@ -412,16 +418,11 @@ def test_compiled_dtensor_block_is_one_program_per_rank_with_its_collectives(tra
         loss.backward()
         return out.full_tensor().cpu(), [w.grad.full_tensor().cpu() for w in ws]
 
-    before = torch_tpu.metrics().get("collective::compiled_graph", 0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ranks = run_threads(body)
-    eager = [str(w.message) for w in caught if "runs eagerly" in str(w.message)]
+    ranks, launched, eager = run_compiled_graphs(body)
     for out, grads in ranks:
         torch.testing.assert_close(out, want.detach(), rtol=1e-5, atol=1e-5)
         for got, w in zip(grads, reference, strict=True):
             torch.testing.assert_close(got, w.grad, rtol=1e-4, atol=1e-5)
-    launched = torch_tpu.metrics().get("collective::compiled_graph", 0) - before
     if transport == "xla":  # forward and backward each hold collectives: two launches per rank
         assert not eager and launched == 2 * WORLD, (eager, launched)
     else:
