@@ -55,10 +55,6 @@ std::vector<pjrt::BufferPtr> Rendezvous::launch(uint64_t seq, int rank, Launch l
 
 pjrt::BufferPtr Rendezvous::join(uint64_t seq, int rank, const Call& call, int device, pjrt::BufferPtr input,
                                  std::chrono::milliseconds timeout, bool recorded) {
-  auto& runtime = runtime::Runtime::get();
-  runtime.count(std::string("collective::") + name(call.kind));
-  runtime.count(std::string("collective_bytes::") + name(call.kind),
-                call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)));
   Launch l{call.key(), describe(call, device), [call] { return build(call); }, device, {std::move(input)}, recorded,
            recorded};
   return launch(seq, rank, std::move(l), timeout).at(0);

@@ -123,8 +123,6 @@ void ProcessGroupTPU::agree(const collectives::Call* call, int device) {
 pjrt::BufferPtr ProcessGroupTPU::staged(const collectives::Call& call, const at::Tensor& input) {
   auto& runtime = runtime::Runtime::get();
   const int64_t bytes = static_cast<int64_t>(input.numel() * input.element_size());
-  runtime.count(std::string("collective::") + collectives::name(call.kind));
-  runtime.count(std::string("collective_bytes::") + collectives::name(call.kind), bytes);
   runtime.count("host_staging_bytes", bytes);
   const auto start = std::chrono::steady_clock::now();
   const char* op = collectives::name(call.kind);

@@ -107,9 +107,6 @@ std::optional<std::vector<pjrt::BufferPtr>> ProcessGroupTPU::launch(collectives:
 
 pjrt::BufferPtr ProcessGroupTPU::record(const Call& call, int device, pjrt::BufferPtr value) {
   auto& runtime = Runtime::get();
-  runtime.count(std::string("collective::") + collectives::name(call.kind));
-  runtime.count(std::string("collective_bytes::") + collectives::name(call.kind),
-                call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)));
   auto program = runtime.program(
       "collective|" + call.key(), [&call] { return collectives::build(call); }, /*indexed=*/false);
   // The window holds the group (and so this backend) until it runs.
@@ -178,6 +175,10 @@ Call ProcessGroupTPU::call_of(Kind kind, const at::Tensor& t) const {
 
 pjrt::BufferPtr ProcessGroupTPU::run(Call call, const at::Tensor& input, const char* op) {
   if (std::string why = call.invalid(); !why.empty()) TORCH_CHECK(false, "torch_tpu: ", op, ": ", why);
+  // Counted here, once per call: a recorded collective replayed alone is not counted again.
+  Runtime::get().count(std::string("collective::") + collectives::name(call.kind));
+  Runtime::get().count(std::string("collective_bytes::") + collectives::name(call.kind),
+                       call.numel * static_cast<int64_t>(stablehlo::byte_size(call.dtype)));
   if (host_) return staged(call, input);
   auto value = aten::read_dense(input);
   const int device = aten::device_index(input);

@@ -97,12 +97,13 @@ uint64_t identity_of(const CollectiveGroup& group) {
 }
 }  // namespace
 
-FusedWindow::FusedWindow(Runtime& runtime)
+FusedWindow::FusedWindow(Runtime& runtime, int device)
     : runtime_(runtime),
       limit_(static_cast<size_t>(positive_env("TORCH_TPU_FUSED_WINDOW", 2048, "ops per fused window"))),
       debug_(std::getenv("TORCH_TPU_FUSED_DEBUG") != nullptr &&
              std::string(std::getenv("TORCH_TPU_FUSED_DEBUG")) == "1"),
-      generation_(next_generation.fetch_add(1)) {}
+      generation_(next_generation.fetch_add(1)),
+      device_(device) {}
 
 namespace {
 std::function<std::string()>& stack_provider() {
@@ -125,8 +126,8 @@ bool FusedWindow::empty() {
 }
 
 std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
-                                                 int device, const char* what,
-                                                 const std::shared_ptr<const CollectiveGroup>& group, RunAlone alone) {
+                                                 const char* what, const std::shared_ptr<const CollectiveGroup>& group,
+                                                 RunAlone alone) {
   std::string stack;
   if (debug_ && stack_provider()) stack = stack_provider()();  // before the lock: it takes the GIL
   const uint64_t identity = group ? identity_of(*group) : 0;
@@ -135,13 +136,13 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
   const int rank = recording_rank(group.get());
   if (held != 0 && rank >= 0 && static_cast<int>(held & 0xffff) != rank && (!group || held >> 16 == identity >> 16))
     throw std::runtime_error("torch_tpu: ranks " + std::to_string(held & 0xffff) + " and " + std::to_string(rank) +
-                             " of a process group use the same device (tpu:" + std::to_string(device) +
+                             " of a process group use the same device (tpu:" + std::to_string(device_) +
                              ") in Fused mode. Each rank needs its own device: call torch.tpu.set_device(rank) in "
                              "each rank.");
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!calls_.empty() && device != device_) flush_locked("device");
   if (group && group_ && group->key != group_->key) flush_locked("collective_group");
-  device_ = device;
+  // A value's index fills the tag's low 24 bits.
+  if (values_.size() + program->outputs.size() >= (size_t{1} << 24)) flush_locked("window_limit");
   if (group) {
     group_ = group;
     group_identity_ = identity;
@@ -155,11 +156,11 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
   for (const auto& a : args) {
     if (a->is_placeholder()) {
       const uint64_t tag = a->tag();
-      if (tag >> 32 != generation_)
+      if (!owns(*a))
         throw std::runtime_error(std::string("torch_tpu: ") + what +
                                  " reads a value that was never computed: the fused window that was to compute it "
                                  "failed (see the earlier error). Compute it again.");
-      const int v = static_cast<int>(tag & 0xffffffffu);
+      const int v = static_cast<int>(tag & 0xffffffu);
       call.args.push_back({false, v});
       key_ += 'v';
       append_int(key_, v);
@@ -181,7 +182,8 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
   outputs.reserve(n);
   const auto& plugin = runtime_.client().plugin();
   for (size_t k = 0; k < n; ++k) {
-    const uint64_t tag = generation_ << 32 | static_cast<uint64_t>(values_.size());
+    const uint64_t tag =
+        generation_ << 32 | static_cast<uint64_t>(device_) << 24 | static_cast<uint64_t>(values_.size());
     outputs.push_back(std::make_shared<pjrt::Buffer>(plugin, tag));
     values_.push_back({outputs.back(), static_cast<int>(calls_.size()), static_cast<int>(k)});
   }
@@ -453,8 +455,8 @@ std::string FusedWindow::sequence_key() const {
 }
 
 int FusedWindow::value_index(const pjrt::Buffer& b) const {
-  if (!b.is_placeholder() || b.tag() >> 32 != generation_) return -1;
-  return static_cast<int>(b.tag() & 0xffffffffu);
+  if (!owns(b)) return -1;
+  return static_cast<int>(b.tag() & 0xffffffu);
 }
 
 void FusedWindow::replaced(const pjrt::BufferPtr& now, const pjrt::BufferPtr& before) {

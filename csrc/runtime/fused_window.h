@@ -21,13 +21,13 @@ namespace torch_tpu::runtime {
 
 class FusedWindow {
  public:
-  explicit FusedWindow(Runtime& runtime);
-  // Records `program` applied to `args` on `device`; returns its outputs as
+  FusedWindow(Runtime& runtime, int device);
+  // Records `program` applied to `args` on the window's device; returns its outputs as
   // placeholder buffers, filled at the flush. `group`: the program is a
   // collective of that group, run by `alone` when the window is replayed;
   // the window then runs over the group's devices (a collective of another
   // group flushes it first).
-  std::vector<pjrt::BufferPtr> record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args, int device,
+  std::vector<pjrt::BufferPtr> record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                       const char* what, const std::shared_ptr<const CollectiveGroup>& group = nullptr,
                                       RunAlone alone = {});
   // Runs the window as one program and fills the placeholders still held.
@@ -37,6 +37,9 @@ class FusedWindow {
   void flush(const char* reason, bool with_collectives = true);
   // Whether `b` is a placeholder of this window.
   bool owns(const pjrt::Buffer& b) const;
+  // The device of the window a placeholder came from (its tag says).
+  static int device_of(const pjrt::Buffer& placeholder) { return static_cast<int>(placeholder.tag() >> 24 & 0xff); }
+  static constexpr int kMaxDevices = 256;
   // Drops the window, unrun, if it holds collectives (see Runtime::discard_collectives).
   void discard_collectives();
   // Takes the check flags of an op recorded in this window (a placeholder it
@@ -110,10 +113,11 @@ class FusedWindow {
   std::mutex mutex_;
   const size_t limit_;
   const bool debug_;
-  // Placeholders carry (generation << 32 | value); generations are unique
-  // across windows, so a placeholder names its window.
+  // Placeholders carry (generation << 32 | device << 24 | value);
+  // generations are unique across windows, so a placeholder names its
+  // window, and the device finds it in one step.
   std::atomic<uint64_t> generation_;
-  int device_ = 0;
+  const int device_;
   std::vector<Call> calls_;
   std::vector<Value> values_;
   std::vector<Check> checks_;  // their flags: the program's last output, one array

@@ -358,7 +358,12 @@ Runtime::Runtime() {
   host_copies_.resize(device_count());
   last_record_.resize(device_count());
   synchronized_.resize(device_count());
-  for (size_t d = 0; d < device_count(); ++d) windows_.push_back(std::make_unique<FusedWindow>(*this));
+  if (device_count() > FusedWindow::kMaxDevices)
+    throw std::runtime_error("torch_tpu: the plugin has " + std::to_string(device_count()) +
+                             " devices; Fused mode handles at most " + std::to_string(FusedWindow::kMaxDevices) +
+                             " per process.");
+  for (size_t d = 0; d < device_count(); ++d)
+    windows_.push_back(std::make_unique<FusedWindow>(*this, static_cast<int>(d)));
 }
 
 PJRT_Device* Runtime::device(int index) const {
@@ -810,7 +815,7 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const s
                                               int device, const char* what) {
   if (mode() == EagerMode::Fused) {
     resolve_foreign(args, device);
-    return windows_.at(device)->record(program, args, device, what);
+    return windows_.at(device)->record(program, args, what);
   }
   return execute_now(*program, args, device, what);
 }
@@ -821,13 +826,13 @@ std::vector<pjrt::BufferPtr> Runtime::record_collective(const ProgramPtr& progra
                                                         const std::shared_ptr<const CollectiveGroup>& group,
                                                         RunAlone alone) {
   resolve_foreign(args, device);
-  return windows_.at(device)->record(program, args, device, what, group, std::move(alone));
+  return windows_.at(device)->record(program, args, what, group, std::move(alone));
 }
 
 FusedWindow* Runtime::window_of(const pjrt::Buffer& placeholder) const {
-  for (const auto& w : windows_)
-    if (w->owns(placeholder)) return w.get();
-  return nullptr;
+  if (!placeholder.is_placeholder()) return nullptr;
+  const auto d = static_cast<size_t>(FusedWindow::device_of(placeholder));
+  return d < windows_.size() && windows_[d]->owns(placeholder) ? windows_[d].get() : nullptr;
 }
 
 void Runtime::resolve_foreign(const std::vector<pjrt::BufferPtr>& args, int device) {

@@ -528,9 +528,11 @@ def test_fused_ddp_steps_hold_their_all_reduces_and_survive_ranks_that_read_earl
             return losses, [p.detach().cpu() for p in model.parameters()]
 
         before = fused_collective_counts()
+        reduces = torch_tpu.metrics().get("collective::all_reduce", 0)
         with torch_tpu.set_eager_mode("fused"):
             ranks = run_threads(body)
-        return ranks, [a - b for a, b in zip(fused_collective_counts(), before, strict=True)]
+        reduces = torch_tpu.metrics().get("collective::all_reduce", 0) - reduces
+        return ranks, [a - b for a, b in zip(fused_collective_counts(), before, strict=True)], reduces
 
     single = copy.deepcopy(base)
     opt = torch.optim.SGD(single.parameters(), lr=0.1)
@@ -541,8 +543,9 @@ def test_fused_ddp_steps_hold_their_all_reduces_and_survive_ranks_that_read_earl
         opt.step()
         opt.zero_grad()
         want_losses.append([float(v) for v in losses])
+    reduces = {}
     for read_early in (False, True):
-        ranks, (windows, replays) = train(read_early)
+        ranks, (windows, replays), reduces[read_early] = train(read_early)
         for rank, (losses, params) in enumerate(ranks):
             torch.testing.assert_close(losses, [s[rank] for s in want_losses], rtol=1e-5, atol=1e-6)
             for got, want in zip(params, single.parameters(), strict=True):
@@ -553,3 +556,5 @@ def test_fused_ddp_steps_hold_their_all_reduces_and_survive_ranks_that_read_earl
             assert windows >= steps * WORLD and replays == 0, (windows, replays)
         else:
             assert replays >= steps, (windows, replays)
+    # a collective is counted once per call, replayed or not
+    assert reduces[True] == reduces[False] > 0, reduces
