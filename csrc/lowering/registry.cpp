@@ -71,6 +71,58 @@ Value flat_indices(Builder& b, int64_t storage_numel, const Shape& sizes, const 
   return index;
 }
 
+// A view whose dims, largest stride first, each step over whole blocks of the
+// next (q of qkv.view(b, t, 3, h, dh).unbind(2), a column, every other row):
+// the storage from the view's offset reshaped into those blocks holds the view
+// as the box at the blocks' origin. Read and written with a slice, a reshape
+// and a transpose instead of a gather or scatter of every element.
+struct Blocks {
+  std::vector<int64_t> dims;  // the view's dims of size > 1, largest stride first
+  Shape shape;                // sizes[dims[0]], then each stride over the next, then the last stride
+  Shape box;                  // the view's part of each: the sizes in `dims` order, then 1
+  int64_t span = 0;           // storage elements the blocks cover from the offset
+
+  static std::optional<Blocks> of(const Shape& sizes, const std::vector<int64_t>& strides) {
+    Blocks b;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] == 1) continue;
+      if (strides[d] <= 0) return std::nullopt;  // broadcast or negative: a gather
+      b.dims.push_back(static_cast<int64_t>(d));
+    }
+    if (b.dims.empty()) return std::nullopt;
+    std::stable_sort(b.dims.begin(), b.dims.end(), [&](int64_t x, int64_t y) { return strides[x] > strides[y]; });
+    b.shape.push_back(sizes[b.dims[0]]);
+    for (size_t j = 0; j < b.dims.size(); ++j) {
+      const int64_t outer = strides[b.dims[j]];
+      const int64_t inner = j + 1 < b.dims.size() ? strides[b.dims[j + 1]] : 1;
+      const int64_t inner_size = j + 1 < b.dims.size() ? sizes[b.dims[j + 1]] : 1;
+      if (outer % inner != 0 || inner_size * inner > outer) return std::nullopt;  // overlapping or uneven
+      b.shape.push_back(outer / inner);
+      b.box.push_back(sizes[b.dims[j]]);
+    }
+    b.box.push_back(1);
+    b.span = sizes[b.dims[0]] * strides[b.dims[0]];
+    return b;
+  }
+
+  // The view's dims in its own order, from the blocks' order.
+  std::vector<int64_t> to_view_order() const {
+    std::vector<int64_t> sorted = dims, perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t d : sorted) perm.push_back(std::find(dims.begin(), dims.end(), d) - dims.begin());
+    return perm;
+  }
+};
+
+// storage[offset, offset + span), padded past the storage's end (the padding
+// is never part of the view).
+Value slab_of(Builder& b, const Value& storage, int64_t offset, int64_t span) {
+  const int64_t n = storage.type.numel();
+  if (offset == 0 && span == n) return storage;
+  if (offset + span <= n) return b.slice(storage, {offset}, {offset + span}, {1});
+  return b.pad(b.slice(storage, {offset}, {n}, {1}), b.scalar(0, storage.dtype()), {0}, {offset + span - n}, {0});
+}
+
 }  // namespace
 
 void register_rule(std::string op, LoweringRule rule) {
@@ -307,6 +359,13 @@ Value strided_read(Builder& b, const Value& storage, const Shape& sizes, const s
     Value in_memory_order = b.reshape(storage, permuted(sizes, order));
     return b.reshape(b.transpose(in_memory_order, inverse_permutation(order)), {numel});
   }
+  if (auto blocks = Blocks::of(sizes, strides)) {
+    Value in_blocks = b.reshape(slab_of(b, storage, offset, blocks->span), blocks->shape);
+    Value box = b.slice(in_blocks, std::vector<int64_t>(blocks->box.size(), 0), blocks->box,
+                        std::vector<int64_t>(blocks->box.size(), 1));
+    Shape dims_sizes(blocks->box.begin(), blocks->box.end() - 1);
+    return b.reshape(b.transpose(b.reshape(box, dims_sizes), blocks->to_view_order()), {numel});
+  }
   Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
   return b.reshape(b.gather_1d(storage, index), {numel});
 }
@@ -322,6 +381,20 @@ Value strided_write(Builder& b, const Value& storage, const Value& update, const
   }
   if (auto order = dense_memory_order(sizes, strides, offset, storage.type.numel()); !order.empty())
     return b.reshape(b.transpose(b.reshape(update, sizes), order), {numel});
+  if (auto blocks = Blocks::of(sizes, strides)) {
+    const std::vector<int64_t> to_view = blocks->to_view_order();
+    Shape view_sizes;  // the update's dims of size > 1, in the view's order
+    for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d)
+      if (sizes[d] != 1) view_sizes.push_back(sizes[d]);
+    Value box = b.reshape(b.transpose(b.reshape(update, view_sizes), inverse_permutation(to_view)), blocks->box);
+    Value in_blocks = b.reshape(slab_of(b, storage, offset, blocks->span), blocks->shape);
+    std::vector<Value> origin(blocks->box.size(), b.constant_int(0, {DType::Int64, {}}));
+    Value slab = b.reshape(b.dynamic_update_slice(in_blocks, box, origin), {blocks->span});
+    const int64_t inside = std::min(blocks->span, storage.type.numel() - offset);
+    if (inside < blocks->span) slab = b.slice(slab, {0}, {inside}, {1});
+    if (offset == 0 && inside == storage.type.numel()) return slab;
+    return b.dynamic_update_slice(storage, slab, {b.constant_int(offset, {DType::Int64, {}})});
+  }
   Value index = flat_indices(b, storage.type.numel(), sizes, strides, offset);
   return b.scatter_1d(storage, index, b.reshape(update, sizes));
 }

@@ -221,7 +221,13 @@ PYBIND11_MODULE(_C, m) {
   // how, context, ms)` per program compiled or loaded from the disk cache.
   m.def("_set_program_listener", [](py::object listener) {
     if (listener.is_none()) return Runtime::set_program_listener(nullptr);
-    auto held = std::make_shared<py::object>(std::move(listener));
+    // Dropped with the GIL; left to the OS once Python is gone (a listener
+    // still set at exit is destroyed with the runtime, after Python).
+    std::shared_ptr<py::object> held(new py::object(std::move(listener)), [](py::object* o) {
+      if (!Py_IsInitialized()) return;
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
     Runtime::set_program_listener([held](const Runtime::ProgramNote& n) {
 #if PY_VERSION_HEX >= 0x030D0000
       if (Py_IsFinalizing()) return;  // (the window flushed at exit)

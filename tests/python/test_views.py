@@ -126,3 +126,45 @@ def test_a_slice_of_an_untyped_storage_raises_instead_of_crashing():
     with pytest.raises(RuntimeError, match="slice of an UntypedStorage"):
         s[0:8].cpu()
     assert (torch.ones(2, device="tpu") + 1).tolist() == [2.0, 2.0]  # the process stays usable
+
+
+def test_blocked_views_read_and_written_without_gather_or_scatter():
+    """A view whose dims step over whole blocks of each other (q, k and v of one
+    fused projection, a column, every other row, as_strided with gaps) is read
+    with a slice, a reshape and a transpose, not a gather of every element, and
+    written with a dynamic_update_slice, not a scatter; k and v end past the
+    storage's last block. Overlapping views still gather."""
+    import torch_tpu
+
+    def qkv(x):  # x: [b, t, 3 * h * dh]
+        return [z.view(3, 5, 2, 4).transpose(1, 2) for z in x.split(8, -1)]
+
+    cases = [
+        (lambda: torch.randn(3, 5, 24), qkv),
+        (lambda: torch.randn(3, 5, 24, dtype=torch.complex64), qkv),
+        (lambda: torch.randint(-9, 9, (3, 5, 24)), qkv),
+        (lambda: torch.randn(3, 5, 24) > 0, qkv),
+        (lambda: torch.randn(7, 6), lambda x: [x[:, 2], x[::2], x[1::3, ::2], x[:, 1::2].t()]),
+        (lambda: torch.randn(40), lambda x: [torch.as_strided(x, (3, 4), (10, 2), 1)]),
+    ]
+    mlir = []
+    torch_tpu._C._set_program_listener(lambda family, key, text, how, context, ms: mlir.append(text))
+    try:
+        for make, views in cases:
+            x = make()
+            for got, want in zip(views(x.to("tpu")), views(x), strict=True):
+                assert_same(got.contiguous(), want.contiguous())
+        assert mlir and not any("gather" in text for text in mlir)
+        for make, views in cases:  # writes through them: no scatter
+            x = make()
+            t = x.to("tpu")
+            for got, want in zip(views(t), views(x), strict=True):
+                got.copy_(got.flip(0) if got.dtype != torch.bool else ~got)
+                want.copy_(want.flip(0) if want.dtype != torch.bool else ~want)
+            assert_same(t, x)
+        assert not any("scatter" in text for text in mlir)
+        x = torch.randn(9)
+        assert_same(torch.as_strided(x.to("tpu"), (3, 3), (1, 1)) + 0, torch.as_strided(x, (3, 3), (1, 1)) + 0)
+        assert any("gather" in text for text in mlir)  # overlapping: still one gather
+    finally:
+        torch_tpu._C._set_program_listener(None)
