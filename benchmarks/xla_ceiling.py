@@ -3,8 +3,9 @@
 Issue 17 asks Fused eager to be 2x Strict. Fused runs a step as one XLA
 program, so its floor is what the XLA compiler's backend makes of the step,
 not our recording. This script measures that floor without torch_tpu in the
-way: the demo GPT's training step (forward with the loss, backward,
-clip_grad_norm_, AdamW) written in JAX and run as one `jax.jit` program with
+way: train_step.py's training step (forward with the loss, backward,
+clip_grad_norm_, AdamW) of the demo GPT, the wider GPT and the
+TransformerEncoderLayer, written in JAX and run as one `jax.jit` program with
 its parameters and optimizer state donated, the best case an XLA frontend
 can give the compiler. Beside it, in the same process: CPU PyTorch eager
 (one thread), tpu Strict and tpu Fused (the same paths as train_step.py),
@@ -16,7 +17,7 @@ checked against CPU PyTorch's.
 Also: one matmul of each of the step's shapes, plain and with a transposed
 operand (the backward's weight gradients), in JAX's XLA and in PyTorch.
 
-    python benchmarks/xla_ceiling.py [--steps N] [--sizes demo,wide]
+    python benchmarks/xla_ceiling.py [--steps N] [--sizes demo,wide,encoder]
 """
 
 import argparse
@@ -34,45 +35,82 @@ import torch_tpu
 from torch_tpu import demo
 
 
-def jax_step(model: torch.nn.Module, n_heads: int):
-    """The model's training step as one jitted JAX function: (params, m, v, t, x, y) -> (..., loss)."""
+def ln(h, p, prefix):
+    import jax.numpy as jnp
+
+    mu = h.mean(-1, keepdims=True)
+    var = ((h - mu) ** 2).mean(-1, keepdims=True)
+    return (h - mu) / jnp.sqrt(var + 1e-5) * p[prefix + ".weight"] + p[prefix + ".bias"]
+
+
+def linear(h, p, prefix, bias=True):
+    out = h @ p[prefix + ".weight"].T
+    return out + p[prefix + ".bias"] if bias else out
+
+
+def attention(q, k, v, causal):
+    """softmax(q k^T / sqrt(dh)) v over [b, heads, t, dh]."""
+    import jax
+    import jax.numpy as jnp
+
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if causal:
+        t = q.shape[2]
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -jnp.inf)
+    return jax.nn.softmax(s, -1) @ v
+
+
+def gpt_loss(model):
+    """The demo GPT's forward with its cross-entropy loss, over a dict of its parameters."""
+    import jax
+    import jax.numpy as jnp
+
+    n_layers, n_heads = len(model.blocks), model.blocks[0].attn.n_heads
+
+    def loss(p, x, y):
+        b, t = x.shape
+        h = p["tok_emb.weight"][x] + p["pos_emb.weight"][:t]
+        d = h.shape[-1]
+        for i in range(n_layers):
+            q = f"blocks.{i}."
+            qkv = linear(ln(h, p, q + "ln1"), p, q + "attn.qkv")
+            heads = [z.reshape(b, t, n_heads, d // n_heads).transpose(0, 2, 1, 3) for z in jnp.split(qkv, 3, -1)]
+            o = attention(*heads, causal=True).transpose(0, 2, 1, 3).reshape(b, t, d)
+            h = h + linear(o, p, q + "attn.proj")
+            m = jax.nn.gelu(linear(ln(h, p, q + "ln2"), p, q + "mlp.0"), approximate=False)
+            h = h + linear(m, p, q + "mlp.2")
+        logits = ln(h, p, "ln_f") @ p["tok_emb.weight"].T
+        return -jnp.take_along_axis(jax.nn.log_softmax(logits, -1), y[..., None], -1).mean()
+
+    return loss
+
+
+def encoder_loss(model):
+    """nn.TransformerEncoderLayer (post-norm, ReLU, batch_first) with the MSE loss."""
+    import jax
+    import jax.numpy as jnp
+
+    n_heads = model.model.self_attn.num_heads
+
+    def loss(p, x, y):
+        b, t, d = x.shape
+        qkv = x @ p["model.self_attn.in_proj_weight"].T + p["model.self_attn.in_proj_bias"]
+        heads = [z.reshape(b, t, n_heads, d // n_heads).transpose(0, 2, 1, 3) for z in jnp.split(qkv, 3, -1)]
+        o = attention(*heads, causal=False).transpose(0, 2, 1, 3).reshape(b, t, d)
+        h = ln(x + linear(o, p, "model.self_attn.out_proj"), p, "model.norm1")
+        f = linear(jax.nn.relu(linear(h, p, "model.linear1")), p, "model.linear2")
+        return ((ln(h + f, p, "model.norm2") - y) ** 2).mean()
+
+    return loss
+
+
+def jax_step(model: torch.nn.Module, loss_fn):
+    """The training step (loss, backward, clip_grad_norm_(1.0), AdamW) as one jitted JAX function
+    (params, m, v, t, x, y) -> (params, m, v, t, loss), with params and optimizer state donated."""
     import jax
     import jax.numpy as jnp
 
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in model.named_parameters()}
-    n_layers = len(model.blocks)
-
-    def ln(h, p, prefix):
-        mu = h.mean(-1, keepdims=True)
-        var = ((h - mu) ** 2).mean(-1, keepdims=True)
-        return (h - mu) / jnp.sqrt(var + 1e-5) * p[prefix + ".weight"] + p[prefix + ".bias"]
-
-    def linear(h, p, prefix, bias=True):
-        out = h @ p[prefix + ".weight"].T
-        return out + p[prefix + ".bias"] if bias else out
-
-    def loss_fn(p, x, y):
-        b, t = x.shape
-        h = p["tok_emb.weight"][x] + p["pos_emb.weight"][:t]
-        d = h.shape[-1]
-        mask = jnp.tril(jnp.ones((t, t), bool))
-        for i in range(n_layers):
-            q = f"blocks.{i}."
-            a = ln(h, p, q + "ln1")
-            qkv = linear(a, p, q + "attn.qkv")
-            heads = [z.reshape(b, t, n_heads, d // n_heads).transpose(0, 2, 1, 3) for z in jnp.split(qkv, 3, -1)]
-            s = heads[0] @ heads[1].transpose(0, 1, 3, 2) / np.sqrt(d // n_heads)
-            s = jnp.where(mask, s, -jnp.inf)
-            o = (jax.nn.softmax(s, -1) @ heads[2]).transpose(0, 2, 1, 3).reshape(b, t, d)
-            h = h + linear(o, p, q + "attn.proj")
-            m = ln(h, p, q + "ln2")
-            m = jax.nn.gelu(linear(m, p, q + "mlp.0"), approximate=False)
-            h = h + linear(m, p, q + "mlp.2")
-        h = ln(h, p, "ln_f")
-        logits = h @ p["tok_emb.weight"].T
-        logp = jax.nn.log_softmax(logits, -1)
-        return -jnp.take_along_axis(logp, y[..., None], -1).mean()
-
     lr, b1, b2, eps, wd = 3e-3, 0.9, 0.999, 1e-8, 0.01  # demo.make_optimizer's AdamW
 
     def step(p, m, v, t, x, y):
@@ -90,14 +128,16 @@ def jax_step(model: torch.nn.Module, n_heads: int):
         return jax.tree.map(update, p, m, v), m, v, t, loss
 
     zeros = [jax.tree.map(jnp.zeros_like, params) for _ in range(2)]
-    jax_step.loss_fn = loss_fn  # for looking at parts of the step
     return jax.jit(step, donate_argnums=(0, 1, 2)), [params, *zeros, jnp.float32(0)]
 
 
-def time_jax(model, n_heads, x, y, steps, warmup):
+JAX_LOSSES = {"demo": gpt_loss, "wide": gpt_loss, "gpt512": gpt_loss, "encoder": encoder_loss}
+
+
+def time_jax(model, loss_fn, x, y, steps, warmup):
     import jax.numpy as jnp
 
-    fn, state = jax_step(model, n_heads)
+    fn, state = jax_step(model, loss_fn)
     xj, yj = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
     t0 = time.perf_counter()
     *state, loss = fn(*state, xj, yj)
@@ -189,7 +229,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--sizes", default="demo,wide")
+    parser.add_argument("--sizes", default="demo,wide,encoder")
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("TORCH_TPU_DYNAMIC", "marked")
@@ -213,7 +253,7 @@ def main():
             if path.name in ("CPU eager", "tpu Strict", "tpu Fused"):
                 times[path.name] = train_step.time_steps(path, base, work, vocab, args.steps, args.warmup)[1]
         _, cpu_loss = base(x, y)
-        _, jax_ms, jax_loss = time_jax(base, base.blocks[0].attn.n_heads, x, y, args.steps, args.warmup)
+        _, jax_ms, jax_loss = time_jax(base, JAX_LOSSES[size](base), x, y, args.steps, args.warmup)
         strict, fused = times["tpu Strict"], times["tpu Fused"]
         piped = [pipelined_ms(base, work, vocab, mode) for mode in ("strict", "fused")]
         print(

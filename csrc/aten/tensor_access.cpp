@@ -19,11 +19,24 @@ bool covers_storage(const at::Tensor& t, const DeviceStorage& s) {
 
 // Gives a never-written storage a zero value of `dtype`, so that reading
 // uninitialized memory is deterministic.
+// Made by a program on the device (recorded in a Fused window), not uploaded
+// from host memory: torch.zeros of a big tensor (empty, then zero_ reading
+// it) moved its bytes from the host at every call.
 void ensure_value(DeviceStorage& s, DType dtype) {
   if (s.value) return;
   s.dtype = dtype;
-  std::vector<char> zeros(s.nbytes, 0);
-  s.value = Runtime::get().upload(zeros.data(), dtype, {s.numel()}, s.device);
+  if (s.nbytes % stablehlo::byte_size(dtype) != 0) {  // bytes that are no whole number of elements
+    std::vector<char> zeros(s.nbytes, 0);
+    s.value = Runtime::get().upload(zeros.data(), dtype, {s.numel()}, s.device);
+    return;
+  }
+  const TensorType type{dtype, {s.numel()}};
+  auto program = Runtime::get().program("zeros|" + type.str(), [&] {
+    stablehlo::Builder b;
+    auto zeros = b.constant(0, type);
+    return std::make_pair(b.module({zeros}), std::vector<TensorType>{type});
+  });
+  s.value = Runtime::get().execute(program, {}, s.device, "new storage")[0];
 }
 
 // A flat complex value as the flat array of its parts, real then imaginary:
