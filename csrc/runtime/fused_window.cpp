@@ -320,11 +320,18 @@ std::vector<std::pair<int, int>> FusedWindow::donations(const std::vector<int>& 
 
 void FusedWindow::flush_locked(const char* reason) {
   if (calls_.empty()) return;
-  // Outputs: the values some tensor (or a deferred check) still holds.
+  // Outputs: the values some tensor (or a deferred check) still holds. A
+  // storage's earlier value that only previous_ keeps (for a replay: an
+  // optimizer's parameter after its weight decay, before its update) is not
+  // one: it would double the outputs of a training step.
+  std::unordered_map<const pjrt::Buffer*, long> kept;
+  for (const auto& [v, before] : previous_) ++kept[before.get()];
   std::vector<int> live;
   std::vector<pjrt::BufferPtr> holders;
   for (size_t v = 0; v < values_.size(); ++v) {
     if (auto p = values_[v].placeholder.lock()) {
+      auto k = kept.find(p.get());
+      if (k != kept.end() && p.use_count() - 1 <= k->second) continue;
       live.push_back(static_cast<int>(v));
       holders.push_back(std::move(p));
     }
