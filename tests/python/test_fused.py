@@ -189,7 +189,9 @@ def train(device, steps, mode=None, opt_cls=torch.optim.AdamW):
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)
     x, y = torch.randn(16, 8).to(device), torch.randint(0, 4, (16,)).to(device)
     losses, compiles = [], []
+    train.outputs = []  # each step's window outputs (Fused mode)
     for _ in range(steps):
+        before = torch_tpu.metrics().get("fused_outputs", 0)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -198,6 +200,7 @@ def train(device, steps, mode=None, opt_cls=torch.optim.AdamW):
         losses.append(loss.detach())
         if mode:
             compiles.append(torch_tpu.metrics().get("fused_window_compiles", 0))
+            train.outputs.append(torch_tpu.metrics().get("fused_outputs", 0) - before)
     return torch.stack([loss.cpu() for loss in losses]), [p.detach().cpu() for p in model.parameters()], compiles
 
 
@@ -205,6 +208,7 @@ def train(device, steps, mode=None, opt_cls=torch.optim.AdamW):
 def test_steady_training_loop_compiles_nothing_after_warmup(fused, opt_cls):
     with torch_tpu.set_fallback("error"):
         losses, params, compiles = train("tpu", 8, mode="fused", opt_cls=opt_cls)
+    outputs = train.outputs
     cpu_losses, cpu_params, _ = train("cpu", 8, opt_cls=opt_cls)
     torch.testing.assert_close(losses, cpu_losses, rtol=1e-4, atol=1e-5)
     for p, q in zip(params, cpu_params, strict=True):
@@ -219,6 +223,11 @@ def test_steady_training_loop_compiles_nothing_after_warmup(fused, opt_cls):
     assert m.get("fused_recompiles", 0) == 0, m
     # The parameters' old buffers are donated: updated in place, not copied.
     assert m["fused_donated_buffers"] >= len(params) * 7, m
+    # A window's outputs are what the step keeps: the parameters, their
+    # gradients and AdamW's two moments, and the loss; not the parameters'
+    # values between the weight decay and the update.
+    per_parameter = 4 if opt_cls is torch.optim.AdamW else 2
+    assert outputs[-1] == per_parameter * len(params) + 1, outputs
 
 
 def test_second_process_loads_fused_windows_from_disk(run_python, tmp_path):
