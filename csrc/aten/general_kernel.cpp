@@ -1789,6 +1789,25 @@ runtime::ProgramPtr program_for(const c10::OperatorHandle& op, OpPlan& plan, con
   }
 }
 
+// A dynamic Scalar's value on the device. The same values come back at every
+// step (a learning rate, 1 - beta1): each is uploaded once and kept, not
+// uploaded at every op (an upload costs several times an op's dispatch).
+pjrt::BufferPtr scalar_buffer(const at::Tensor& value, int device) {
+  static std::mutex mutex;
+  static auto& cache = *new std::unordered_map<std::string, pjrt::BufferPtr>;  // kept past exit, as the client
+  if (value.numel() > 64) return upload(value.contiguous(), device);
+  const at::Tensor v = value.contiguous();
+  std::string key(static_cast<const char*>(v.data_ptr()), v.nbytes());
+  key += static_cast<char>(v.scalar_type());
+  key += std::to_string(device) + "|" + std::to_string(v.numel());
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 4096) cache.clear();  // values that keep changing (a step count) do not pile up
+  pjrt::BufferPtr buffer = upload(v, device);
+  buffer->set_shared();
+  return cache.emplace(std::move(key), std::move(buffer)).first->second;
+}
+
 // The input buffers (host Scalars uploaded, views read through their
 // storage), the launch, and the program's device checks taken off its outputs.
 std::vector<pjrt::BufferPtr> launch_call(const runtime::ProgramPtr& program, const OpPlan& plan,
@@ -1797,7 +1816,9 @@ std::vector<pjrt::BufferPtr> launch_call(const runtime::ProgramPtr& program, con
   std::vector<pjrt::BufferPtr> buffers;
   buffers.reserve(call.inputs.size());
   for (const auto& in : call.inputs)
-    buffers.push_back(in.on_host ? upload(in.tensor.contiguous(), dev) : read_dense(in.tensor));
+    buffers.push_back(in.dynamic_scalar ? scalar_buffer(in.tensor, dev)
+                      : in.on_host      ? upload(in.tensor.contiguous(), dev)
+                                        : read_dense(in.tensor));
   std::vector<pjrt::BufferPtr> results = launch(program, buffers, dev, plan, call.inputs);
   take_checks(*program, results);
   auto& runtime = Runtime::get();

@@ -120,6 +120,11 @@ class Buffer {
   // Memory another library owns (Client::view_of): never donated to XLA.
   bool borrowed() const { return borrowed_; }
   void set_borrowed() { borrowed_ = true; }
+  // A cached constant that many calls read (a dynamic Scalar's value): never
+  // donated, and a Fused window takes each read as an input of its own, so its
+  // wiring does not depend on which values happen to be equal.
+  bool shared() const { return shared_; }
+  void set_shared() { shared_ = true; }
 
  private:
   std::shared_ptr<Plugin> plugin_;
@@ -127,6 +132,7 @@ class Buffer {
   uint64_t tag_ = 0;
   uint64_t launch_ = kUnknownLaunch;
   bool borrowed_ = false;
+  bool shared_ = false;
 };
 
 using BufferPtr = std::shared_ptr<Buffer>;

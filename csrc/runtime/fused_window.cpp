@@ -165,14 +165,17 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
       key_ += 'v';
       append_int(key_, v);
     } else {
-      auto [it, inserted] = input_index_.emplace(a->raw(), static_cast<int>(inputs_.size()));
-      if (inserted) {
+      // A shared constant is an input of its own at every read (Buffer::shared).
+      auto found = a->shared() ? input_index_.end() : input_index_.find(a->raw());
+      int index = found != input_index_.end() ? found->second : static_cast<int>(inputs_.size());
+      if (found == input_index_.end()) {
+        if (!a->shared()) input_index_.emplace(a->raw(), index);
         inputs_.push_back(a);
         input_first_use_.emplace_back(static_cast<int>(calls_.size()), static_cast<int>(call.args.size()));
       }
-      call.args.push_back({true, it->second});
+      call.args.push_back({true, index});
       key_ += 'i';
-      append_int(key_, it->second);
+      append_int(key_, index);
     }
     key_ += ',';
   }
@@ -306,7 +309,7 @@ std::vector<std::pair<int, int>> FusedWindow::donations(const std::vector<int>& 
   for (size_t i = 0; i < inputs_.size(); ++i) {
     auto k = kept.find(inputs_[i].get());
     if (inputs_[i].use_count() != 1 + (k == kept.end() ? 0 : k->second)) continue;
-    if (inputs_[i]->borrowed()) continue;  // another library's memory (from_dlpack): never written
+    if (inputs_[i]->borrowed() || inputs_[i]->shared()) continue;  // never written
     if (free_outputs.empty())
       for (int j = static_cast<int>(live.size()) - 1; j >= 0; --j) free_outputs[value_type(live[j])].push_back(j);
     auto [c, pos] = input_first_use_[i];
