@@ -246,6 +246,7 @@ struct Input {
   // A padded tensor on a bounded call: read padded (`tensor` is then a meta
   // tensor of its padded shape, for the program's parameter).
   std::shared_ptr<const PaddedRead> padded;
+  bool fresh = false;  // a random op's key: a new value at every call
 };
 
 // A call over padded tensors (README "Bounded dynamic shapes"): the real
@@ -426,7 +427,7 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     key += "D;";
   } else if (v.isGenerator()) {  // a random op's key: a fresh one per call, a program input
     key += "g;";
-    inputs.push_back({next_key_tensor(v.toGenerator(), op), true, false, nullptr});
+    inputs.push_back({next_key_tensor(v.toGenerator(), op), true, false, nullptr, /*fresh=*/true});
   } else if (v.isComplexDouble()) {
     TORCH_CHECK_TYPE(false, "torch_tpu: ", op, " got a complex scalar; complex numbers are not supported on tpu.");
   } else {
@@ -1789,10 +1790,13 @@ runtime::ProgramPtr program_for(const c10::OperatorHandle& op, OpPlan& plan, con
   }
 }
 
-// A dynamic Scalar's value on the device. The same values come back at every
-// step (a learning rate, 1 - beta1): each is uploaded once and kept, not
-// uploaded at every op (an upload costs several times an op's dispatch).
-pjrt::BufferPtr scalar_buffer(const at::Tensor& value, int device) {
+// A host value on the device: a dynamic Scalar (or a short Scalar list), a
+// Python number or other 0-d CPU tensor (not a random op's key, new at every
+// call, nor a CPU tensor of data). The same values
+// come back at every step (a learning rate, 1 - beta1): each is uploaded once
+// and kept by value, not uploaded at every op (an upload costs several times
+// an op's dispatch).
+pjrt::BufferPtr host_value(const at::Tensor& value, int device) {
   static std::mutex mutex;
   static auto& cache = *new std::unordered_map<std::string, pjrt::BufferPtr>;  // kept past exit, as the client
   if (value.numel() > 64) return upload(value.contiguous(), device);
@@ -1816,9 +1820,9 @@ std::vector<pjrt::BufferPtr> launch_call(const runtime::ProgramPtr& program, con
   std::vector<pjrt::BufferPtr> buffers;
   buffers.reserve(call.inputs.size());
   for (const auto& in : call.inputs)
-    buffers.push_back(in.dynamic_scalar ? scalar_buffer(in.tensor, dev)
-                      : in.on_host      ? upload(in.tensor.contiguous(), dev)
-                                        : read_dense(in.tensor));
+    buffers.push_back(!in.on_host                                                ? read_dense(in.tensor)
+                      : (in.dynamic_scalar || in.tensor.dim() == 0) && !in.fresh ? host_value(in.tensor, dev)
+                                                                                 : upload(in.tensor.contiguous(), dev));
   std::vector<pjrt::BufferPtr> results = launch(program, buffers, dev, plan, call.inputs);
   take_checks(*program, results);
   auto& runtime = Runtime::get();

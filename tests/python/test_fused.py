@@ -114,7 +114,7 @@ def test_window_limit(run_python):
     code = """
 import torch, torch_tpu
 torch_tpu.set_eager_mode("fused")
-x = torch.ones(3, device="tpu")
+x = torch.ones(3).to("tpu")  # copied: no op recorded before the adds
 for _ in range(10):
     x = x + 1
 print(x.cpu().tolist(), torch_tpu.metrics()["fused_flush_window_limit"], torch_tpu.metrics()["fused_ops_max"])
@@ -254,3 +254,18 @@ print(loss.item(), m.get("compiles", 0), m.get("fused_window_compiles", 0), m.ge
     assert warm_loss == cold_loss
     assert int(cold_compiles) >= int(windows) >= 1
     assert int(warm_compiles) == 0 and int(warm_hits) >= int(windows)
+
+
+def test_scalars_that_happen_to_be_equal_keep_the_windows_program(fused):
+    """Scalar inputs are kept by value and shared between ops; a window still
+    takes each read as its own input, so two scalars that are equal in one step
+    and differ in the next do not make a new program."""
+    x = torch.arange(6.0).to("tpu")
+    got = []
+    for a, b in [(0.1, 0.2), (0.3, 0.4), (0.5, 0.5), (0.6, 0.7)]:
+        got.append((x * a + x * b).cpu())
+        if a == 0.1:
+            compiles = torch_tpu.metrics().get("fused_window_compiles", 0)
+    assert torch_tpu.metrics().get("fused_window_compiles", 0) == compiles
+    for (a, b), g in zip([(0.1, 0.2), (0.3, 0.4), (0.5, 0.5), (0.6, 0.7)], got, strict=True):
+        torch.testing.assert_close(g, torch.arange(6.0) * a + torch.arange(6.0) * b)

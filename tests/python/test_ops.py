@@ -634,3 +634,18 @@ def test_frexp(dtype):
         m, e = torch.frexp(x.to("tpu"))
     assert torch.equal(m.cpu(), mantissa) and torch.equal(torch.signbit(m.cpu()), torch.signbit(mantissa))
     assert torch.equal(e.cpu(), exponent)
+
+
+def test_a_scalar_value_is_uploaded_once():
+    """A Python number is a program input (a learning rate changes each step);
+    the same value comes back every step, so it is uploaded once and kept."""
+    x = torch.arange(6.0).to("tpu")
+    (x * 0.37 + 0.25).cpu()
+    before = torch_tpu.metrics().get("transfers_to_device", 0)
+    for _ in range(5):
+        y = x * 0.37 + 0.25
+    assert torch_tpu.metrics().get("transfers_to_device", 0) == before
+    assert_same(y, torch.arange(6.0) * 0.37 + 0.25)
+    z = x * 0.38  # a new value: one upload
+    assert torch_tpu.metrics().get("transfers_to_device", 0) == before + 1
+    assert_same(z, torch.arange(6.0) * 0.38)
