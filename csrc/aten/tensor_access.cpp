@@ -19,13 +19,14 @@ bool covers_storage(const at::Tensor& t, const DeviceStorage& s) {
 
 // Gives a never-written storage a zero value of `dtype`, so that reading
 // uninitialized memory is deterministic.
-// Made by a program on the device (recorded in a Fused window), not uploaded
-// from host memory: torch.zeros of a big tensor (empty, then zero_ reading
-// it) moved its bytes from the host at every call.
+// In Fused mode made by a program recorded in the window, not uploaded from
+// host memory: torch.zeros of a big tensor (empty, then zero_ reading it)
+// moved its bytes from the host at every call. (Other modes upload: a
+// program would compile once per size.)
 void ensure_value(DeviceStorage& s, DType dtype) {
   if (s.value) return;
   s.dtype = dtype;
-  if (s.nbytes % stablehlo::byte_size(dtype) != 0) {  // bytes that are no whole number of elements
+  if (Runtime::get().mode() != runtime::EagerMode::Fused || s.nbytes % stablehlo::byte_size(dtype) != 0) {
     std::vector<char> zeros(s.nbytes, 0);
     s.value = Runtime::get().upload(zeros.data(), dtype, {s.numel()}, s.device);
     return;
