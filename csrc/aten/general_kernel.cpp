@@ -246,7 +246,9 @@ struct Input {
   // A padded tensor on a bounded call: read padded (`tensor` is then a meta
   // tensor of its padded shape, for the program's parameter).
   std::shared_ptr<const PaddedRead> padded;
-  bool fresh = false;  // a random op's key: a new value at every call
+  // A host value kept on the device by value (host_value): a dynamic Scalar
+  // or a 0-d CPU argument; not a random op's key, new at every call.
+  bool by_value = false;
 };
 
 // A call over padded tensors (README "Bounded dynamic shapes"): the real
@@ -301,7 +303,7 @@ void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>
     key += kind;
     key += std::to_string(values.size()) + ";";
     at::Tensor t = at::tensor(values, at::kDouble);
-    inputs.push_back({kind == 'd' ? t : t.to(at::kLong), true, true, nullptr});
+    inputs.push_back({kind == 'd' ? t : t.to(at::kLong), true, true, nullptr, /*by_value=*/true});
     return;
   }
   TORCH_CHECK_TYPE(!v.isComplexDouble(), "torch_tpu: complex scalars are not supported on tpu.");
@@ -311,7 +313,7 @@ void describe_dynamic(const c10::IValue& v, std::string& key, std::vector<Input>
   at::Tensor t = v.isDouble() ? at::scalar_tensor(v.toDouble(), at::kDouble)
                  : v.isBool() ? at::scalar_tensor(v.toBool(), at::kBool)
                               : at::scalar_tensor(v.toInt(), at::kLong);
-  inputs.push_back({t, true, true, nullptr});
+  inputs.push_back({t, true, true, nullptr, /*by_value=*/true});
 }
 
 // An op on (or writing) double-precision tensors keeps its dynamic Scalars
@@ -368,7 +370,8 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
       append_dims(key, t.strides());
     }
     key += ';';
-    inputs.push_back({t, t.device().type() != kTpu, false, nullptr});
+    const bool on_host = t.device().type() != kTpu;
+    inputs.push_back({t, on_host, false, nullptr, /*by_value=*/on_host && t.dim() == 0});
   };
   if (v.isTensor()) {
     tensor(v.toTensor());
@@ -427,7 +430,7 @@ void describe(const c10::IValue& v, bool is_out, const std::string& op, std::str
     key += "D;";
   } else if (v.isGenerator()) {  // a random op's key: a fresh one per call, a program input
     key += "g;";
-    inputs.push_back({next_key_tensor(v.toGenerator(), op), true, false, nullptr, /*fresh=*/true});
+    inputs.push_back({next_key_tensor(v.toGenerator(), op), true, false, nullptr});
   } else if (v.isComplexDouble()) {
     TORCH_CHECK_TYPE(false, "torch_tpu: ", op, " got a complex scalar; complex numbers are not supported on tpu.");
   } else {
@@ -1790,12 +1793,10 @@ runtime::ProgramPtr program_for(const c10::OperatorHandle& op, OpPlan& plan, con
   }
 }
 
-// A host value on the device: a dynamic Scalar (or a short Scalar list), a
-// Python number or other 0-d CPU tensor (not a random op's key, new at every
-// call, nor a CPU tensor of data). The same values
-// come back at every step (a learning rate, 1 - beta1): each is uploaded once
-// and kept by value, not uploaded at every op (an upload costs several times
-// an op's dispatch).
+// A host value on the device (Input::by_value). The same values come back at
+// every step (a learning rate, 1 - beta1): each is uploaded once and kept by
+// value, not uploaded at every op (an upload costs several times an op's
+// dispatch).
 pjrt::BufferPtr host_value(const at::Tensor& value, int device) {
   static std::mutex mutex;
   static auto& cache = *new std::unordered_map<std::string, pjrt::BufferPtr>;  // kept past exit, as the client
@@ -1820,9 +1821,9 @@ std::vector<pjrt::BufferPtr> launch_call(const runtime::ProgramPtr& program, con
   std::vector<pjrt::BufferPtr> buffers;
   buffers.reserve(call.inputs.size());
   for (const auto& in : call.inputs)
-    buffers.push_back(!in.on_host                                                ? read_dense(in.tensor)
-                      : (in.dynamic_scalar || in.tensor.dim() == 0) && !in.fresh ? host_value(in.tensor, dev)
-                                                                                 : upload(in.tensor.contiguous(), dev));
+    buffers.push_back(in.by_value  ? host_value(in.tensor, dev)
+                      : in.on_host ? upload(in.tensor.contiguous(), dev)
+                                   : read_dense(in.tensor));
   std::vector<pjrt::BufferPtr> results = launch(program, buffers, dev, plan, call.inputs);
   take_checks(*program, results);
   auto& runtime = Runtime::get();

@@ -155,12 +155,11 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
   key_ += '(';
   for (const auto& a : args) {
     if (a->is_placeholder()) {
-      const uint64_t tag = a->tag();
-      if (!owns(*a))
+      const int v = value_index(*a);
+      if (v < 0)
         throw std::runtime_error(std::string("torch_tpu: ") + what +
                                  " reads a value that was never computed: the fused window that was to compute it "
                                  "failed (see the earlier error). Compute it again.");
-      const int v = static_cast<int>(tag & 0xffffffu);
       call.args.push_back({false, v});
       key_ += 'v';
       append_int(key_, v);
@@ -301,11 +300,9 @@ std::string FusedWindow::module_text(const std::vector<int>& live, const std::ve
 // Inputs the window holds the only reference to (a storage overwritten in the
 // window: an optimizer's parameters and state) are donated to a live output
 // of the same type, so XLA updates them in place instead of allocating.
-std::vector<std::pair<int, int>> FusedWindow::donations(const std::vector<int>& live) {
+std::vector<std::pair<int, int>> FusedWindow::donations(const std::vector<int>& live, const Kept& kept) {
   std::unordered_map<std::string, std::vector<int>> free_outputs;  // type -> live indices, last first
   std::vector<std::pair<int, int>> aliases;
-  std::unordered_map<const pjrt::Buffer*, long> kept;  // references previous_ holds
-  for (const auto& [v, before] : previous_) ++kept[before.get()];
   for (size_t i = 0; i < inputs_.size(); ++i) {
     auto k = kept.find(inputs_[i].get());
     if (inputs_[i].use_count() != 1 + (k == kept.end() ? 0 : k->second)) continue;
@@ -327,7 +324,7 @@ void FusedWindow::flush_locked(const char* reason) {
   // storage's earlier value that only previous_ keeps (for a replay: an
   // optimizer's parameter after its weight decay, before its update) is not
   // one: it would double the outputs of a training step.
-  std::unordered_map<const pjrt::Buffer*, long> kept;
+  Kept kept;  // references previous_ holds
   for (const auto& [v, before] : previous_) ++kept[before.get()];
   std::vector<int> live;
   std::vector<pjrt::BufferPtr> holders;
@@ -356,7 +353,7 @@ void FusedWindow::flush_locked(const char* reason) {
     append_int(key, static_cast<uint64_t>(v));
     key += ',';
   }
-  const auto aliases = donations(live);  // among `live` only: the checks array, after them, is never donated to
+  const auto aliases = donations(live, kept);  // among `live` only: the checks array, after them, is never donated to
   key += "|a";
   for (auto [input, output] : aliases) {
     append_int(key, static_cast<uint64_t>(input));

@@ -96,7 +96,9 @@ class FusedWindow {
   void clear();
   const Signature& signature(const Program& program);
   const std::string& value_type(int v);
-  std::vector<std::pair<int, int>> donations(const std::vector<int>& live);
+  // How many references previous_ holds to each buffer.
+  using Kept = std::unordered_map<const pjrt::Buffer*, long>;
+  std::vector<std::pair<int, int>> donations(const std::vector<int>& live, const Kept& kept);
   std::string module_text(const std::vector<int>& live, const std::vector<std::pair<int, int>>& aliases,
                           bool with_checks);
   // Runs the calls one program at a time (after the window failed as a
