@@ -223,7 +223,7 @@ pjrt::BufferPtr read_dense(const at::Tensor& t) {
     auto out = lowering::strided_read(b, storage, sizes, strides, offset);
     return std::make_pair(b.module({out}), std::vector<TensorType>{{d, {numel}}});
   });
-  return Runtime::get().execute(program, {value}, s.device, "view read")[0];
+  return Runtime::get().execute(program, {value}, s.device, "view read", /*join_pending=*/true)[0];
 }
 
 void write_dense(const at::Tensor& t, pjrt::BufferPtr value) {

@@ -517,10 +517,10 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
   TORCH_CHECK(inputs.size() == graph.num_inputs, "torch_tpu: ", graph.name, " takes ", graph.num_inputs,
               " inputs, got ", inputs.size());
   if (!graph.devices.empty()) return run_spmd(graph, inputs, dev);
-  // In Fused mode a graph is one more call of the window (the eager ops around
-  // it and the graph become one program, one launch); a graph with collectives
-  // runs at once, over its group.
-  const bool record = graph.group.empty() && runtime.mode() == runtime::EagerMode::Fused;
+  // Outside Debug mode a graph is a call of the window (Runtime::record_graph):
+  // a step's graphs, and in Fused mode the eager ops around them, become one
+  // program, one launch. A graph with collectives runs at once, over its group.
+  const bool record = graph.group.empty() && runtime.mode() != runtime::EagerMode::Debug;
   if (!record)
     for (const auto& b : buffers) runtime.resolve(*b, "compiled_graph");
   // Donate an overwritten input's buffer only when the input's storage is its
@@ -552,7 +552,7 @@ py::object run_graph(const GraphProgram& graph, const std::vector<at::Tensor>& i
   try {
     if (record) {
       runtime.check_fits(dev, graph.program->output_bytes);  // as a launch would: the window does not
-      results = runtime.execute(graph.program, buffers, dev, interned(graph.name));
+      results = runtime.record_graph(graph.program, buffers, dev, interned(graph.name));
     } else if (graph.group.empty()) {
       results = runtime.execute_now(*graph.program, buffers, dev, graph.name.c_str(), true, keep);
     } else if (auto launched = launch_over_group(graph, std::move(buffers), dev)) {

@@ -194,6 +194,17 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
   return outputs;
 }
 
+std::vector<pjrt::BufferPtr> FusedWindow::record_graph(const ProgramPtr& program,
+                                                       const std::vector<pjrt::BufferPtr>& args, const char* what,
+                                                       bool new_step_on_repeat) {
+  if (new_step_on_repeat) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (std::any_of(calls_.begin(), calls_.end(), [&](const Call& c) { return c.program == program; }))
+      flush_locked("graph_repeat");
+  }
+  return record(program, args, what);
+}
+
 void FusedWindow::flush(const char* reason, bool with_collectives) {
   if (with_collectives) {
     std::lock_guard<std::mutex> lock(mutex_);

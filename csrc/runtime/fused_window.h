@@ -30,6 +30,11 @@ class FusedWindow {
   std::vector<pjrt::BufferPtr> record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                       const char* what, const std::shared_ptr<const CollectiveGroup>& group = nullptr,
                                       RunAlone alone = {});
+  // Records a compiled graph. `new_step_on_repeat`: a window that already
+  // calls this graph runs first (the graph coming again starts a loop's next
+  // step, so each step is one program instead of the window growing over steps).
+  std::vector<pjrt::BufferPtr> record_graph(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
+                                            const char* what, bool new_step_on_repeat);
   // Runs the window as one program and fills the placeholders still held.
   // `with_collectives` false: a window that holds collectives, or that
   // another thread holds (a rank's thread, maybe waiting in it for the

@@ -460,9 +460,12 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
   program->key = key;
   program->id = next_program_id_.fetch_add(1);
   // Compiled now so that a compile error surfaces at its op; Fused mode
-  // compiles only the windows that call it.
+  // compiles only the windows that call it, as does Strict mode for compiled
+  // graphs (Runtime::record_graph).
   bool from_disk = false;
-  if (mode() != EagerMode::Fused) executable(*program, &from_disk);
+  const EagerMode now = mode();
+  if (now == EagerMode::Debug || (now == EagerMode::Strict && kind != ProgramKind::Graph))
+    executable(*program, &from_disk);
   if (from_disk) found(ProgramSource::Disk);
   if (built && indexed && disk.enabled() && serializable_.load())
     disk.store(index_key, encode_index(*program), "index of " + program_family(key));
@@ -812,12 +815,23 @@ void Runtime::unload_oldest(size_t keep) {
 }
 
 std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
-                                              int device, const char* what) {
-  if (mode() == EagerMode::Fused) {
+                                              int device, const char* what, bool join_pending) {
+  const EagerMode m = mode();
+  if (join_pending && m == EagerMode::Strict)
+    join_pending = std::any_of(args.begin(), args.end(), [&](const pjrt::BufferPtr& a) {
+      return a->is_placeholder() && windows_.at(device)->owns(*a);
+    });
+  if (m == EagerMode::Fused || (join_pending && m == EagerMode::Strict)) {
     resolve_foreign(args, device);
     return windows_.at(device)->record(program, args, what);
   }
   return execute_now(*program, args, device, what);
+}
+
+std::vector<pjrt::BufferPtr> Runtime::record_graph(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
+                                                   int device, const char* what) {
+  resolve_foreign(args, device);
+  return windows_.at(device)->record_graph(program, args, what, /*new_step_on_repeat=*/mode() == EagerMode::Strict);
 }
 
 std::vector<pjrt::BufferPtr> Runtime::record_collective(const ProgramPtr& program,
@@ -944,13 +958,14 @@ void Runtime::set_stack_provider(std::function<std::string()> provider) {
 }
 
 void Runtime::set_mode(EagerMode m) {
-  if (mode_.load() == EagerMode::Fused && m != EagerMode::Fused)
+  const EagerMode before = mode_.load();
+  if (before != m && (before == EagerMode::Fused || m == EagerMode::Debug))
     for (const auto& w : windows_) w->flush("mode_switch");
   mode_.store(m);
 }
 
 void Runtime::defer_check(pjrt::BufferPtr flags, std::vector<std::string> messages) {
-  if (mode() == EagerMode::Fused && flags->is_placeholder())
+  if (flags->is_placeholder())
     if (FusedWindow* w = window_of(*flags); w && w->add_check(flags, messages)) return;  // the op just recorded
   queue_check(std::move(flags), std::move(messages));
 }

@@ -220,9 +220,19 @@ class Runtime {
   std::string xla_options(ProgramKind kind) const;
   // Runs `program` on `device`, not waiting for it unless the mode is Debug;
   // in Fused mode records it into the window and returns placeholders.
+  // `join_pending`: in Strict mode too, when an argument is a value the
+  // window has yet to compute (a view read of a compiled graph's output, read
+  // by the next graph: the window runs once, not at each such read).
   // Throws OutOfMemory, before running, when its outputs cannot fit.
   std::vector<pjrt::BufferPtr> execute(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args, int device,
-                                       const char* what);
+                                       const char* what, bool join_pending = false);
+  // A compiled graph's launch outside Debug mode: a call of `device`'s window,
+  // so a step's graphs (forward, backward, update) and the Fused ops between
+  // them run as one program. In Strict mode the window holds only graphs; it
+  // runs when one of its values is read, at synchronize, or when a graph it
+  // holds comes again (the next step). Returns placeholders.
+  std::vector<pjrt::BufferPtr> record_graph(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
+                                            int device, const char* what);
   // Fused mode: records `program`, a collective of `group` (its one-partition
   // form), into `device`'s window; `alone` runs it when the window is
   // replayed op by op. Returns placeholders.
@@ -360,7 +370,7 @@ class Runtime {
                       int device);
 
   EagerMode mode() const { return mode_.load(); }
-  // Leaving Fused mode flushes the window first.
+  // Leaving Fused mode, or entering Debug mode, runs the windows first.
   void set_mode(EagerMode m);
   // Debug mode also checks every float output for NaN/Inf (TORCH_TPU_DEBUG_CHECK_NAN=1).
   bool check_nan() const { return check_nan_.load(); }
