@@ -475,12 +475,121 @@ def _compile_whole(gm: torch.fx.GraphModule, name: str):
     if _is_symbolic(gm):
         return _per_shape(gm, name)
     try:
-        return _build(gm, name)
+        return _with_host_part(gm, name) or _build(gm, name)
     except (_Unsupported, NotImplementedError, RuntimeError, ValueError) as e:
         # Eager runs it right or raises the user's error (a rule refusing a graph's
         # arguments raises ValueError, as the same rule in eager does).
         warnings.warn(f"torch_tpu: this graph runs eagerly, op by op: {e}", stacklevel=3)
         return make_boxed_func(gm.forward)
+
+
+def _cpu_valued(val) -> bool:
+    if isinstance(val, (list, tuple)):
+        return bool(val) and all(_cpu_valued(v) for v in val)
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu"
+
+
+def _host_nodes(gm: torch.fx.GraphModule) -> set:
+    """The placeholders and ops whose values are CPU tensors computed from CPU
+    tensors alone: an eager optimizer's step counts and bias corrections."""
+    host = set()
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "call_function") and _cpu_valued(node.meta.get("val")):
+            if node.op == "placeholder" or all(i in host for i in node.all_input_nodes):
+                host.add(node)
+    # A tuple of host values that a device op reads whole cannot be a program
+    # input: it, and what is computed from it, stay in the program.
+    dropped = [
+        n
+        for n in host
+        if isinstance(n.meta["val"], (list, tuple))
+        and any(u not in host and u.target is not operator.getitem for u in n.users)
+    ]
+    while dropped:
+        node = dropped.pop()
+        if node in host:
+            host.discard(node)
+            dropped.extend(node.users)
+    return host
+
+
+def _with_host_part(gm: torch.fx.GraphModule, name: str):
+    """`gm` with its CPU-only ops (_host_nodes) run on the CPU before its
+    program, as inductor runs them: their results join the program as inputs,
+    and the CPU inputs they overwrite (step += 1) are written after it. Without
+    this, a non-capturable optimizer's step counts go to the device and their
+    new values come back with a host read per step count, each waiting for the
+    device. None when the graph has no such ops."""
+    host = _host_nodes(gm)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    ops = [n for n in gm.graph.nodes if n in host and n.op == "call_function"]
+    if not ops:
+        return None
+
+    def device_reads(node):
+        return any(u not in host and u.op != "output" for u in node.users)
+
+    writebacks = [n for n in ops if n.target is torch.ops.aten.copy_.default and n.args[0].op == "placeholder"]
+    computed = [n for n in ops if n not in writebacks]
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    results = [n for n in computed if device_reads(n) or n in output.all_input_nodes]
+    results += [w.args[1] for w in writebacks if w.args[1] not in results and w.args[1] not in placeholders]
+    index = {n: i for i, n in enumerate(results)}
+
+    host_graph, host_env = torch.fx.Graph(), {}
+    for node in placeholders:
+        host_env[node] = host_graph.node_copy(node)
+    for node in computed:
+        host_env[node] = host_graph.node_copy(node, host_env.__getitem__)
+    host_graph.output(tuple(host_env[n] for n in results))
+    host_module = torch.fx.GraphModule(gm, host_graph)
+
+    device_graph, env = torch.fx.Graph(), {}
+    kept = [p for p, node in enumerate(placeholders) if node not in host or device_reads(node)]
+    for p in kept:
+        env[placeholders[p]] = device_graph.node_copy(placeholders[p])
+    hoisted = [n for n in results if device_reads(n)]
+    for node in hoisted:
+        env[node] = device_graph.placeholder(f"host_{node.name}")
+        env[node].meta["val"] = node.meta["val"]
+    patched = {}  # output position -> a host value (an index into results) or a graph input (a placeholder)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" or node in host:
+            continue
+        if node.op == "output":
+            outs = node.args[0]
+            for i, o in enumerate(outs):
+                if isinstance(o, torch.fx.Node) and o in host:
+                    patched[i] = o
+            device_graph.output(
+                torch.fx.node.map_arg(tuple(None if i in patched else o for i, o in enumerate(outs)), env.__getitem__)
+            )
+            continue
+        env[node] = device_graph.node_copy(node, env.__getitem__)
+    device_module = torch.fx.GraphModule(gm, device_graph)
+    program = _build(device_module, name)
+    position = {n: p for p, n in enumerate(placeholders)}
+    write = [(position[w.args[0]], w.args[1]) for w in writebacks]
+
+    def value(node, args, values):
+        if node in position:
+            return args[position[node]]
+        if node.target is torch.ops.aten.copy_.default:  # an input it overwrote
+            return args[position[node.args[0]]]
+        return values[index[node]]
+
+    def run(args):
+        values = host_module(*args)
+        result = program([args[p] for p in kept] + [values[index[n]] for n in hoisted])
+        for p, src in write:
+            args[p].copy_(value(src, args, values))
+        for i, node in patched.items():
+            result[i] = value(node, args, values)
+        args.clear()
+        return result
+
+    run._boxed_call = True
+    return run
 
 
 _GRAPH_ONLY = {operator.getitem, torch.ops.aten.copy_.default, _WAIT_TENSOR}  # handled by _encode itself
