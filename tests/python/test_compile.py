@@ -144,6 +144,62 @@ def test_forward_is_one_program():
         torch.testing.assert_close(out.cpu(), model.cpu()(x.cpu()), rtol=1e-5, atol=1e-6)
 
 
+def test_a_compiled_training_step_is_one_program_without_host_reads():
+    # Strict mode records compiled graphs into the device's window: a step's
+    # forward (with the loss), backward and update graphs run as one program,
+    # when the next step's forward comes. AdamW's step counts stay on the CPU
+    # (not capturable): the ops on them alone run on the CPU, so nothing is read back.
+    torch.manual_seed(0)
+    cpu = MODELS["mlp"][0]()
+    model = copy.deepcopy(cpu).to("tpu")
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1) for m in (cpu, model)]
+    forward = torch.compile(lambda x, y: loss_fn(model(x), y), backend="tpu")
+    update = torch.compile(opts[1].step, backend="tpu")
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 10, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(5)]
+
+    def train(forward, opt, step, dev, batches):
+        losses = []
+        for x, y in batches:
+            opt.zero_grad(set_to_none=True)
+            loss = forward(x.to(dev), y.to(dev))
+            loss.backward()
+            step()
+            losses.append(loss)
+        return losses
+
+    cpu_losses = train(lambda x, y: loss_fn(cpu(x), y), opts[0], opts[0].step, "cpu", data)
+    losses = train(forward, opts[1], update, "tpu", data[:2])  # compiles
+    m0 = torch_tpu.metrics()
+    losses += train(forward, opts[1], update, "tpu", data[2:])
+    m1 = torch_tpu.metrics()
+    grew = {k: m1.get(k, 0) - m0.get(k, 0) for k in ("transfers_to_host", "fused_flushes", "fused_flush_graph_repeat")}
+    assert grew == {"transfers_to_host": 0, "fused_flushes": 3, "fused_flush_graph_repeat": 3}
+    assert [loss.item() for loss in losses] == pytest.approx([loss.item() for loss in cpu_losses], rel=1e-4, abs=1e-5)
+    for state in opts[1].state.values():
+        assert state["step"].device.type == "cpu" and state["step"].item() == 5
+    for a, b in zip(model.parameters(), cpu.parameters(), strict=True):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-4, atol=2e-4)
+
+
+def test_a_graphs_cpu_only_ops_run_on_the_cpu():
+    @torch.compile(backend="tpu")
+    def f(x, n):
+        n += 1  # written back into the CPU tensor
+        scale = 1 - 0.9**n
+        return x / scale, scale, n * 2
+
+    x, n = torch.randn(4), torch.tensor(0.0)
+    for i in range(1, 4):
+        before = torch_tpu.metrics().get("transfers_to_host", 0)
+        out, scale, twice = f(x.to("tpu"), n)
+        assert torch_tpu.metrics().get("transfers_to_host", 0) == before, "no host read"
+        assert n.item() == i and scale.device.type == "cpu" and twice.device.type == "cpu"
+        torch.testing.assert_close(scale, 1 - 0.9 ** torch.tensor(float(i)))
+        torch.testing.assert_close(twice, torch.tensor(2.0 * i))
+        torch.testing.assert_close(out.cpu(), x / scale)
+
+
 def test_graph_break_runs_the_rest_eagerly():
     def f(x):
         y = torch.sin(x) * 2
