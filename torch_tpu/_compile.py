@@ -552,7 +552,7 @@ def _with_host_part(gm: torch.fx.GraphModule, name: str):
     for node in hoisted:
         env[node] = device_graph.placeholder(f"host_{node.name}")
         env[node].meta["val"] = node.meta["val"]
-    patched = {}  # output position -> a host value (an index into results) or a graph input (a placeholder)
+    patched = {}  # output position -> the host node whose value it is
     for node in gm.graph.nodes:
         if node.op == "placeholder" or node in host:
             continue
@@ -561,13 +561,15 @@ def _with_host_part(gm: torch.fx.GraphModule, name: str):
             for i, o in enumerate(outs):
                 if isinstance(o, torch.fx.Node) and o in host:
                     patched[i] = o
-            device_graph.output(
-                torch.fx.node.map_arg(tuple(None if i in patched else o for i, o in enumerate(outs)), env.__getitem__)
-            )
+            device_outs = tuple(None if i in patched else o for i, o in enumerate(outs))
+            device_graph.output(torch.fx.node.map_arg(device_outs, env.__getitem__))
             continue
         env[node] = device_graph.node_copy(node, env.__getitem__)
-    device_module = torch.fx.GraphModule(gm, device_graph)
-    program = _build(device_module, name)
+    if all(o is None for o in device_outs) and not any(n.op == "call_function" for n in device_graph.nodes):
+        # All on the CPU: no program.
+        program = lambda args: [None] * len(device_outs)  # noqa: E731
+    else:
+        program = _build(torch.fx.GraphModule(gm, device_graph), name)
     position = {n: p for p, n in enumerate(placeholders)}
     write = [(position[w.args[0]], w.args[1]) for w in writebacks]
 

@@ -199,6 +199,16 @@ def test_a_graphs_cpu_only_ops_run_on_the_cpu():
         torch.testing.assert_close(twice, torch.tensor(2.0 * i))
         torch.testing.assert_close(out.cpu(), x / scale)
 
+    @torch.compile(backend="tpu")
+    def on_cpu(x):
+        return x * 2 + 1, x.sum()
+
+    before = torch_tpu.metrics().get("executions", 0)
+    doubled, total = on_cpu(x)
+    assert torch_tpu.metrics().get("executions", 0) == before, "a graph of CPU tensors alone launches nothing"
+    torch.testing.assert_close(doubled, x * 2 + 1)
+    torch.testing.assert_close(total, x.sum())
+
 
 def test_graph_break_runs_the_rest_eagerly():
     def f(x):
