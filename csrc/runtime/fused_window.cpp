@@ -195,12 +195,11 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
 }
 
 std::vector<pjrt::BufferPtr> FusedWindow::record_graph(const ProgramPtr& program,
-                                                       const std::vector<pjrt::BufferPtr>& args, const char* what,
-                                                       bool new_step_on_repeat) {
-  if (new_step_on_repeat) {
+                                                       const std::vector<pjrt::BufferPtr>& args, const char* what) {
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (std::any_of(calls_.begin(), calls_.end(), [&](const Call& c) { return c.program == program; }))
-      flush_locked("graph_repeat");
+    if (graphs_.count(program->id)) flush_locked("graph_repeat");
+    graphs_.insert(program->id);
   }
   return record(program, args, what);
 }
@@ -548,6 +547,7 @@ void FusedWindow::clear() {
   input_first_use_.clear();
   previous_.clear();
   key_.clear();
+  graphs_.clear();
   group_.reset();
   group_identity_ = 0;
   generation_ = next_generation.fetch_add(1);

@@ -30,11 +30,11 @@ class FusedWindow {
   std::vector<pjrt::BufferPtr> record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                       const char* what, const std::shared_ptr<const CollectiveGroup>& group = nullptr,
                                       RunAlone alone = {});
-  // Records a compiled graph. `new_step_on_repeat`: a window that already
-  // calls this graph runs first (the graph coming again starts a loop's next
-  // step, so each step is one program instead of the window growing over steps).
+  // Records a compiled graph. A window that already calls this graph runs
+  // first: the graph coming again starts a loop's next step, so each step is
+  // one program instead of one window growing over steps until a read.
   std::vector<pjrt::BufferPtr> record_graph(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
-                                            const char* what, bool new_step_on_repeat);
+                                            const char* what);
   // Runs the window as one program and fills the placeholders still held.
   // `with_collectives` false: a window that holds collectives, or that
   // another thread holds (a rank's thread, maybe waiting in it for the
@@ -135,6 +135,7 @@ class FusedWindow {
   std::string key_;
   std::unordered_map<uint64_t, Signature> signatures_;  // by program id
   std::unordered_set<size_t> compiled_sequences_;       // hashes of op sequences (recompile detection)
+  std::unordered_set<uint64_t> graphs_;                 // ids of the compiled graphs recorded (record_graph)
   std::shared_ptr<const CollectiveGroup> group_;        // of the collectives recorded, if any
   // group_'s key hash and recording rank, readable without the lock (which a
   // rank waiting at a meeting holds): 0 when no collective is recorded.

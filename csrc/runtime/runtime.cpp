@@ -831,7 +831,7 @@ std::vector<pjrt::BufferPtr> Runtime::execute(const ProgramPtr& program, const s
 std::vector<pjrt::BufferPtr> Runtime::record_graph(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                                    int device, const char* what) {
   resolve_foreign(args, device);
-  return windows_.at(device)->record_graph(program, args, what, /*new_step_on_repeat=*/mode() == EagerMode::Strict);
+  return windows_.at(device)->record_graph(program, args, what);
 }
 
 std::vector<pjrt::BufferPtr> Runtime::record_collective(const ProgramPtr& program,

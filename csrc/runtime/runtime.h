@@ -228,9 +228,9 @@ class Runtime {
                                        const char* what, bool join_pending = false);
   // A compiled graph's launch outside Debug mode: a call of `device`'s window,
   // so a step's graphs (forward, backward, update) and the Fused ops between
-  // them run as one program. In Strict mode the window holds only graphs; it
-  // runs when one of its values is read, at synchronize, or when a graph it
-  // holds comes again (the next step). Returns placeholders.
+  // them run as one program. The window runs when one of its values is read,
+  // at synchronize, or when a graph it holds comes again (the next step); in
+  // Strict mode it holds only graphs. Returns placeholders.
   std::vector<pjrt::BufferPtr> record_graph(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                             int device, const char* what);
   // Fused mode: records `program`, a collective of `group` (its one-partition
