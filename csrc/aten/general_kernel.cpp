@@ -922,7 +922,16 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
     flat.push_back(flags.size() == 1 ? flags[0] : b.concatenate(flags, 0));
     flat_types.push_back({stablehlo::DType::Bool, {static_cast<int64_t>(flags.size())}});
   }
+  // An input the lowering ignores (fill_'s self) is no parameter: a launch
+  // reads no buffer for it, so a never-written storage gets no zeros first.
+  std::vector<size_t> unread;
+  if (!bounded) {
+    const std::vector<bool> kept = b.prune(flat);
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (!kept[i]) unread.push_back(i);
+  }
   runtime::ProgramSpec spec(b.module(flat), flat_types, checks);
+  spec.unread_inputs = std::move(unread);
   layouts.resize(flat.size());
   spec.output_strides = std::move(layouts);
   return spec;
@@ -1820,10 +1829,17 @@ std::vector<pjrt::BufferPtr> launch_call(const runtime::ProgramPtr& program, con
   const int dev = call.device_index();
   std::vector<pjrt::BufferPtr> buffers;
   buffers.reserve(call.inputs.size());
-  for (const auto& in : call.inputs)
+  auto unread = program->unread_inputs.begin();
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    if (unread != program->unread_inputs.end() && *unread == i) {
+      ++unread;
+      continue;
+    }
+    const Input& in = call.inputs[i];
     buffers.push_back(in.by_value  ? host_value(in.tensor, dev)
                       : in.on_host ? upload(in.tensor.contiguous(), dev)
                                    : read_dense(in.tensor));
+  }
   std::vector<pjrt::BufferPtr> results = launch(program, buffers, dev, plan, call.inputs);
   take_checks(*program, results);
   auto& runtime = Runtime::get();

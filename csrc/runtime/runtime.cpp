@@ -84,6 +84,11 @@ std::string encode_index(const Program& program) {
     out += "\n";
   }
   for (const auto& c : program.checks) out += "c " + c + "\n";
+  if (!program.unread_inputs.empty()) {
+    out += "u";
+    for (size_t i : program.unread_inputs) out.append(" ").append(std::to_string(i));
+    out += "\n";
+  }
   out += "m " + std::to_string(program.mlir.size()) + "\n" + program.mlir;
   return out;
 }
@@ -400,6 +405,9 @@ std::shared_ptr<Program> Runtime::load_indexed(DiskCache& disk, const std::strin
       if (k >= program->outputs.size()) return nullptr;
       program->output_strides.resize(program->outputs.size());
       for (int64_t s; fields >> s;) program->output_strides[k].push_back(s);
+    } else if (line.rfind("u ", 0) == 0) {
+      std::istringstream fields(line.substr(2));
+      for (size_t i; fields >> i;) program->unread_inputs.push_back(i);
     } else if (line.rfind("m ", 0) == 0) {
       program->mlir.resize(std::stoull(line.substr(2)));
       if (!in.read(program->mlir.data(), static_cast<std::streamsize>(program->mlir.size()))) return nullptr;
@@ -450,6 +458,7 @@ ProgramPtr Runtime::program(const std::string& key, const std::function<ProgramS
     program->outputs = std::move(spec.outputs);
     program->checks = std::move(spec.checks);
     program->output_strides = std::move(spec.output_strides);
+    program->unread_inputs = std::move(spec.unread_inputs);
     program->output_bytes = output_bytes(program->outputs);
     program->mlir = std::move(spec.mlir);
     program->compile_options = options;

@@ -103,6 +103,9 @@ struct Program : std::enable_shared_from_this<Program> {
   // true, entry i named by checks[i] ("index out of range in self"), like
   // CUDA's device asserts. One output, so one copy to verify them all.
   std::vector<std::string> checks;
+  // The inputs of the call its module does not read (Builder::prune), in
+  // order: a launch passes no buffer for them.
+  std::vector<size_t> unread_inputs;
   int64_t output_bytes = 0;  // checked against the device's free capacity before each run
 
   // Set by Runtime::executable(); unloaded again when it is the least recently
@@ -118,6 +121,7 @@ struct ProgramSpec {
   std::vector<TensorType> outputs;
   std::vector<std::string> checks;
   std::vector<std::vector<int64_t>> output_strides;  // see Program
+  std::vector<size_t> unread_inputs;                 // see Program
   ProgramSpec(std::string m, std::vector<TensorType> o, std::vector<std::string> c = {})
       : mlir(std::move(m)), outputs(std::move(o)), checks(std::move(c)) {}
   ProgramSpec(std::pair<std::string, std::vector<TensorType>> p)

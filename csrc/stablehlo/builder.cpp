@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 namespace torch_tpu::stablehlo {
 namespace {
@@ -348,6 +350,52 @@ std::string Builder::module(const std::vector<Value>& results,
   for (const auto& [name, text] : functions_) s << "  // function @" << name << "\n  " << text << "\n";
   s << "}\n";
   return s.str();
+}
+
+namespace {
+
+// The SSA names a line mentions ("%v12", "%p3"; "%v5#0" as "%v5"), its own
+// definitions and its regions' inner names included.
+std::vector<std::string> names_in(const std::string& line) {
+  std::vector<std::string> names;
+  for (size_t at = line.find('%'); at != std::string::npos; at = line.find('%', at + 1)) {
+    size_t end = at + 1;
+    while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) || line[end] == '_')) ++end;
+    if (end > at + 1) names.push_back(line.substr(at, end - at));
+  }
+  return names;
+}
+
+}  // namespace
+
+std::vector<bool> Builder::prune(const std::vector<Value>& results) {
+  std::unordered_set<std::string> live;
+  for (const auto& r : results) live.insert(names_in(r.name).at(0));
+  std::vector<bool> keep(body_.size());
+  for (size_t i = body_.size(); i-- > 0;) {
+    const std::string& line = body_[i];
+    // The names a top-level line defines come before " = "; a line that
+    // defines nothing (a call for its effect) always stays.
+    const size_t eq = line.find(" = ");
+    const auto defined =
+        eq == std::string::npos || line[0] != '%' ? std::vector<std::string>{} : names_in(line.substr(0, eq));
+    keep[i] = defined.empty() ||
+              std::any_of(defined.begin(), defined.end(), [&](const std::string& d) { return live.count(d) > 0; });
+    if (!keep[i]) continue;
+    for (auto& name : names_in(line)) live.insert(std::move(name));
+  }
+  std::vector<std::string> body;
+  for (size_t i = 0; i < body_.size(); ++i)
+    if (keep[i]) body.push_back(std::move(body_[i]));
+  body_ = std::move(body);
+  std::vector<bool> kept;
+  std::vector<Value> params;
+  for (auto& p : params_) {
+    kept.push_back(live.count(p.name) > 0);
+    if (kept.back()) params.push_back(std::move(p));
+  }
+  params_ = std::move(params);
+  return kept;
 }
 
 void Builder::add_function(const std::string& name, const std::string& text) {

@@ -174,6 +174,11 @@ class Builder {
   // a donated input becomes that output without a copy.
   std::string module(const std::vector<Value>& results,
                      const std::vector<std::pair<size_t, size_t>>& aliases = {}) const;
+  // Drops the ops `results` do not depend on and the parameters no kept op
+  // reads; returns, per parameter in order of creation, whether it stays.
+  // An op's program then takes no buffer for an input it ignores (fill_'s
+  // self): a never-written storage needs no value for it.
+  std::vector<bool> prune(const std::vector<Value>& results);
 
   // A function of the module besides @main (a kernel written in JAX): `text`
   // is one func.func op, private, named @`name`, with every function it calls

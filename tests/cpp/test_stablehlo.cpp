@@ -55,6 +55,29 @@ TEST(StableHloText, GoldenTransposeAndReduce) {
       << text;
 }
 
+TEST(StableHloText, PruneDropsDeadOpsAndUnreadParameters) {
+  Builder b;
+  Value x = b.parameter(f32x4), y = b.parameter(f32x4), z = b.parameter(f32x4);
+  Value dead = b.binary(Binary::Add, x, y);  // computed, never returned
+  (void)dead;
+  // y is read only by the dead add; x through reshapes, z directly.
+  Value kept = b.binary(Binary::Multiply, z, b.reshape(b.reshape(x, {2, 2}), {4}));
+  auto r = b.reduce(kept, b.scalar(0, DType::Float32), {0}, Binary::Add);
+  EXPECT_EQ(b.prune({r}), (std::vector<bool>{true, false, true}));
+  std::string text = b.module({r});
+  EXPECT_NE(text.find("@main(%p0: tensor<4xf32>, %p2: tensor<4xf32>)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("%p1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("stablehlo.add\"(%p0"), std::string::npos) << text;
+  // A module with no parameter left (fill_'s program: self is not read).
+  Builder c;
+  Value self = c.parameter(f32x4);
+  Value filled = c.binary(Binary::Add, c.reshape(self, {4}), c.constant(0, f32x4));
+  Value fill = c.constant(7, f32x4);
+  (void)filled;
+  EXPECT_EQ(c.prune({fill}), (std::vector<bool>{false}));
+  EXPECT_NE(c.module({fill}).find("@main() -> (tensor<4xf32>)"), std::string::npos) << c.module({fill});
+}
+
 TEST(StableHloChecks, MalformedUsesAreRefusedAtBuildTime) {
   Builder b;
   Value x = b.parameter(f32x4), y = b.parameter({DType::Float32, {3}}), i = b.parameter({DType::Int32, {4}});

@@ -50,6 +50,24 @@ def test_second_process_hits_the_disk_cache(tmp_path):
     assert not list(Path(tmp_path).glob("*.tmp*")), "a temporary file was left behind"
 
 
+def test_a_program_that_skips_an_input_loads_from_the_index(tmp_path):
+    """fill_'s program takes no buffer for self (Builder::prune); the index
+    entry keeps which inputs it skips, so a warm process launches it with the
+    same buffers and uploads nothing for the fresh storage."""
+    code = """
+import json, torch, torch_tpu
+x = torch.arange(12.0).to("tpu")
+y = torch.empty(12, device="tpu").fill_(7) + torch.empty_like(x).copy_(x)
+print(json.dumps({"y": y.cpu().tolist(), **{k: torch_tpu.metrics().get(k, 0) for k in
+      ("compiles", "disk_index_hits", "bytes_to_device")}}))
+"""
+    cold = json.loads(run(tmp_path, code).stdout.strip().splitlines()[-1])
+    warm = json.loads(run(tmp_path, code).stdout.strip().splitlines()[-1])
+    assert warm["compiles"] == 0 and warm["disk_index_hits"] > 0
+    assert warm["y"] == cold["y"] == [7.0 + i for i in range(12)]
+    assert warm["bytes_to_device"] == cold["bytes_to_device"] == 48  # x alone
+
+
 def test_corrupt_entries_are_recompiled_and_replaced(tmp_path):
     cold = run_program(tmp_path)
     for i, f in enumerate(entries(tmp_path)):  # garbage, truncated, or one payload bit flipped

@@ -636,6 +636,38 @@ def test_frexp(dtype):
     assert torch.equal(e.cpu(), exponent)
 
 
+def test_filling_a_fresh_tensor_uploads_nothing():
+    """zeros, ones, full and fill_ overwrite the whole storage without reading
+    it: their programs take no buffer for it, so the never-written storage
+    gets no zero bytes from the host first (on a TPU, an upload of the whole
+    tensor over PCIe for torch.zeros)."""
+    x = torch.arange(12.0).to("tpu")
+    makers = {
+        "zeros": lambda: torch.zeros(3, 4, device="tpu"),
+        "ones_like": lambda: torch.ones_like(x),
+        "full": lambda: torch.full((2, 6), 2.5, device="tpu"),
+        "empty().fill_": lambda: torch.empty(12, device="tpu").fill_(7),
+        "empty().zero_": lambda: torch.empty(12, device="tpu", dtype=torch.int64).zero_(),
+        "empty().copy_": lambda: torch.empty(12, device="tpu").copy_(x * 2),
+    }
+    expected = {
+        "zeros": torch.zeros(3, 4),
+        "ones_like": torch.ones(12),
+        "full": torch.full((2, 6), 2.5),
+        "empty().fill_": torch.full((12,), 7.0),
+        "empty().zero_": torch.zeros(12, dtype=torch.int64),
+        "empty().copy_": torch.arange(12.0) * 2,
+    }
+    for name, make in makers.items():
+        make().cpu()  # compiled, the Scalar uploaded once
+        before = torch_tpu.metrics().get("bytes_to_device", 0)
+        y = make()
+        assert torch_tpu.metrics().get("bytes_to_device", 0) == before, name
+        assert_same(y, expected[name])
+    # A storage that is read before any write still reads as zeros.
+    assert_same(torch.empty(5, device="tpu").add_(1), torch.ones(5))
+
+
 def test_a_scalar_value_is_uploaded_once():
     """A Python number is a program input (a learning rate changes each step);
     the same value comes back every step, so it is uploaded once and kept."""
