@@ -42,7 +42,10 @@ bool trusted(const c10::Error& e) {
     return says("Dimension out of range") || says("too many indices") || says("non-zero size") ||
            says("index out of range in self") || says("for input.numel() == 0");
   if (dynamic_cast<const c10::TypeError*>(&e)) return true;
-  for (std::string_view about : {"dtype", "scalar type", "result type", "can't be cast", "tensor for result"})
+  // A Scalar the dtype cannot hold ("value cannot be converted to type int64_t
+  // without overflow") is refused whatever the stand-ins hold.
+  for (std::string_view about :
+       {"dtype", "scalar type", "result type", "can't be cast", "tensor for result", "without overflow"})
     if (says(about)) return true;
   return false;
 }

@@ -113,7 +113,10 @@ std::vector<Value> relu(LoweringContext& c) {
 }
 
 // fill(self, value): every element of self's shape becomes value.
-std::vector<Value> fill(LoweringContext& c) { return {c.operand_as_output(1)}; }
+std::vector<Value> fill(LoweringContext& c) {
+  if (c.args[1].kind == LoweringArg::Tensor && !c.args[1].dynamic) c.check_converts(c.tensor(1), c.out().dtype);
+  return {c.operand_as_output(1)};
+}
 
 // The dtype PyTorch computes a comparison or isin in (its output is bool).
 DType common_dtype(LoweringContext& c, size_t i, size_t j) {

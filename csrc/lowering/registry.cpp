@@ -318,6 +318,60 @@ Value LoweringContext::value_as(size_t i, const TensorType& type) const {
 
 Value LoweringContext::operand_as_output(size_t i, size_t k) const { return value_as(i, out(k)); }
 
+void LoweringContext::check_converts(const Value& value, DType to) {
+  using stablehlo::Compare;
+  const DType from = value.dtype();
+  // Bool takes any number (Scalar::toBool); complex values are not checked.
+  if (to == DType::Bool || from == DType::Bool || stablehlo::is_complex(to) || stablehlo::is_complex(from)) return;
+  struct Limits {
+    double lowest, max;
+    const char* name;  // as CPU's message names the type
+  };
+  std::optional<Limits> limits;
+  switch (to) {
+    case DType::Int8: limits = Limits{-128.0, 127.0, "int8_t"}; break;
+    case DType::Int16: limits = Limits{-32768.0, 32767.0, "int16_t"}; break;
+    case DType::Int32: limits = Limits{-2147483648.0, 2147483647.0, "int"}; break;
+    case DType::Int64: limits = Limits{-9223372036854775808.0, 9223372036854775807.0, "int64_t"}; break;
+    case DType::UInt8: limits = Limits{0.0, 255.0, "uint8_t"}; break;
+    case DType::Float16: limits = Limits{-65504.0, 65504.0, "c10::Half"}; break;
+    case DType::BFloat16: limits = Limits{-3.3895313892515355e38, 3.3895313892515355e38, "c10::BFloat16"}; break;
+    case DType::Float32: limits = Limits{-3.4028234663852886e38, 3.4028234663852886e38, "float"}; break;
+    default: return;
+  }
+  Value v = b.reshape(value, {});
+  Value ok;
+  if (stablehlo::is_float(to)) {
+    if (!stablehlo::is_float(from) && (to != DType::Float16 || from == DType::UInt8 || from == DType::Int8)) return;
+    if (stablehlo::is_float(from) && stablehlo::byte_size(from) <= stablehlo::byte_size(to) &&
+        from != DType::BFloat16 && to != DType::BFloat16)
+      return;  // a wider type holds every value
+    // Infinities and NaN convert; a finite value past the type's largest does not.
+    Value x = b.cast(v, from == DType::Float64 ? DType::Float64 : DType::Float32);
+    Value big = b.compare(Compare::GT, b.unary(stablehlo::Unary::Abs, x), b.constant(limits->max, x.type));
+    ok = b.unary(stablehlo::Unary::Not, b.binary(stablehlo::Binary::And, b.unary(stablehlo::Unary::IsFinite, x), big));
+  } else if (stablehlo::is_float(from)) {
+    // CPU compares in double; in float32 the largest value not above the
+    // limit stands for it (2147483647 is 2^31 in float32, which overflows).
+    const DType wide = from == DType::Float64 ? DType::Float64 : DType::Float32;
+    double hi = limits->max;
+    if (wide == DType::Float32 && static_cast<double>(static_cast<float>(hi)) > hi)
+      hi = std::nextafter(static_cast<float>(hi), 0.0f);
+    Value x = b.cast(v, wide);  // NaN fails both comparisons
+    ok = b.binary(stablehlo::Binary::And, b.compare(Compare::GE, x, b.constant(limits->lowest, x.type)),
+                  b.compare(Compare::LE, x, b.constant(hi, x.type)));
+  } else {
+    // Integers: an unsigned type also takes negatives down to -max (they wrap).
+    if (to == DType::Int64) return;
+    Value x = b.cast(v, DType::Int64);
+    const double lowest = stablehlo::is_unsigned_int(to) ? -limits->max : limits->lowest;
+    ok = b.binary(stablehlo::Binary::And,
+                  b.compare(Compare::GE, x, b.constant_int(static_cast<int64_t>(lowest), x.type)),
+                  b.compare(Compare::LE, x, b.constant_int(static_cast<int64_t>(limits->max), x.type)));
+  }
+  checks.push_back({ok, std::string("value cannot be converted to type ") + limits->name + " without overflow", false});
+}
+
 void LoweringContext::check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message,
                                     bool index_error) {
   if (index.type.numel() == 0) return;

@@ -490,3 +490,44 @@ def test_a_bool_read_of_a_byte_other_than_0_or_1_is_true():
     assert b.view(torch.uint8).cpu().tolist() == [3, 3]
     assert b.cpu().tolist() == [True, True]
     assert b.cpu().view(torch.uint8).tolist() == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value"),
+    [
+        (torch.int64, -inf),
+        (torch.int64, nan),
+        (torch.int32, 2147483648.0),
+        (torch.int32, 2147483647.0),
+        (torch.uint8, -1.0),
+        (torch.uint8, -300),
+        (torch.uint8, -200),  # wraps, as an int does on CPU
+        (torch.int8, 128),
+        (torch.float16, 100000.0),
+        (torch.float16, inf),
+        (torch.bfloat16, 1e39),
+        (torch.int64, -(2.0**63)),
+    ],
+)
+def test_a_fill_value_the_dtype_cannot_hold_raises(mode, dtype, value):
+    """CPU reads a tensor fill value as a Scalar of self's dtype and refuses
+    one the dtype cannot hold ("value cannot be converted to type int without
+    overflow"); tpu checks it on the device (raised by the next sync in Strict
+    mode). A Python number is checked on the host, also once its Scalar is a
+    program input (after several values)."""
+    vdtype = torch.float64 if isinstance(value, float) else torch.int64
+
+    def tensor_value(d):
+        x, mask = t([1, 2, 3], d, dtype=dtype), t([True, False, True], d)
+        v = torch.tensor(value, dtype=vdtype, device=d)
+        return synced(x.masked_fill(mask, v)), synced(x.clone().index_fill_(0, t([1], d), v))
+
+    assert_like_cpu(tensor_value, "without overflow")
+
+    def python_value(d):
+        x, mask = t([1, 2, 3], d, dtype=dtype), t([True, False, True], d)
+        for v in (1, 2, 0):  # distinct values: the Scalar becomes a program input
+            x.masked_fill_(mask, v)
+        return synced(x.masked_fill_(mask, value))
+
+    assert_like_cpu(python_value, "without overflow")
