@@ -1536,6 +1536,8 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
     }
   }
   key += "#" + std::to_string(call.symbols.size());
+  // As lowered_kernel: a dynamic Scalar the dtype may not hold meets CPU's checks.
+  if (needs_value_check(args, dynamic)) check_like_cpu(op, args, plan.pointwise);
   narrow_double_scalars(args, inputs);
   inputs.push_back(
       {at::empty({static_cast<int64_t>(call.symbols.size())}, at::kInt), true, false, nullptr});  // the real sizes

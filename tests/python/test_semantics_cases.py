@@ -531,3 +531,18 @@ def test_a_fill_value_the_dtype_cannot_hold_raises(mode, dtype, value):
         return synced(x.masked_fill_(mask, value))
 
     assert_like_cpu(python_value, "without overflow")
+
+
+def test_a_fill_value_the_dtype_cannot_hold_raises_on_a_bounded_tensor(mode):
+    """The same check on a tensor with a bounded dim (its own kernel path)."""
+
+    def f(d):
+        x, y = t([5, -6, -4], d), t([-1.75, 2.25, 1.75], d, dtype=torch.bfloat16)
+        if d == "tpu":
+            x, y = torch_tpu.mark_dynamic(x, 0, max=8), torch_tpu.mark_dynamic(y, 0, max=8)
+        mask = y > 0  # padded too
+        for v in (1.0, 2.0, 0.0, 3.0):  # the Scalar becomes a program input, its program built
+            x.masked_fill_(mask, v)
+        return synced(x.masked_fill_(mask, -inf))
+
+    assert_like_cpu(f, "without overflow")
