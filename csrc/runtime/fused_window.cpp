@@ -127,7 +127,7 @@ bool FusedWindow::empty() {
 
 std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                                  const char* what, const std::shared_ptr<const CollectiveGroup>& group,
-                                                 RunAlone alone) {
+                                                 RunAlone alone, bool graph) {
   std::string stack;
   if (debug_ && stack_provider()) stack = stack_provider()();  // before the lock: it takes the GIL
   const uint64_t identity = group ? identity_of(*group) : 0;
@@ -143,6 +143,10 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
   if (group && group_ && group->key != group_->key) flush_locked("collective_group");
   // A value's index fills the tag's low 24 bits.
   if (values_.size() + program->outputs.size() >= (size_t{1} << 24)) flush_locked("window_limit");
+  if (graph && !graphs_.insert(program->id).second) {  // the graph again: a loop's next step
+    flush_locked("graph_repeat");
+    graphs_.insert(program->id);
+  }
   if (group) {
     group_ = group;
     group_identity_ = identity;
@@ -196,12 +200,7 @@ std::vector<pjrt::BufferPtr> FusedWindow::record(const ProgramPtr& program, cons
 
 std::vector<pjrt::BufferPtr> FusedWindow::record_graph(const ProgramPtr& program,
                                                        const std::vector<pjrt::BufferPtr>& args, const char* what) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (graphs_.count(program->id)) flush_locked("graph_repeat");
-    graphs_.insert(program->id);
-  }
-  return record(program, args, what);
+  return record(program, args, what, nullptr, {}, /*graph=*/true);
 }
 
 void FusedWindow::flush(const char* reason, bool with_collectives) {

@@ -26,10 +26,10 @@ class FusedWindow {
   // placeholder buffers, filled at the flush. `group`: the program is a
   // collective of that group, run by `alone` when the window is replayed;
   // the window then runs over the group's devices (a collective of another
-  // group flushes it first).
+  // group flushes it first). `graph`: see record_graph.
   std::vector<pjrt::BufferPtr> record(const ProgramPtr& program, const std::vector<pjrt::BufferPtr>& args,
                                       const char* what, const std::shared_ptr<const CollectiveGroup>& group = nullptr,
-                                      RunAlone alone = {});
+                                      RunAlone alone = {}, bool graph = false);
   // Records a compiled graph. A window that already calls this graph runs
   // first: the graph coming again starts a loop's next step, so each step is
   // one program instead of one window growing over steps until a read.
