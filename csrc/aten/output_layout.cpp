@@ -6,6 +6,8 @@
 #include <optional>
 #include <set>
 
+#include "aten/tensor_access.h"
+
 namespace torch_tpu::aten {
 namespace {
 
@@ -107,11 +109,15 @@ void lay_out_like_cpu(const std::string& op, bool pointwise, const std::vector<b
                       const std::vector<c10::IValue>& args, const std::vector<stablehlo::TensorType>& outs,
                       std::vector<std::vector<int64_t>>& strides) {
   const size_t n = std::min(outs.size(), strides.size());
-  // clamp of an integer tensor by a float number: CPU's meta promotes self
-  // first (self.to(float): dense strides), then iterates over that copy.
+  // clamp of an integer tensor by a float number, and pow of a tensor to a
+  // number of another dtype (bool ** 3): CPU's meta promotes self first
+  // (self.to(dtype): dense strides), then iterates over that copy.
   const bool clamp_promotes =
-      (op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") && n > 0 && args[0].isTensor() &&
-      c10::isIntegralType(args[0].toTensor().scalar_type(), /*includeBool=*/true) && stablehlo::is_float(outs[0].dtype);
+      ((op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") && n > 0 && args[0].isTensor() &&
+       c10::isIntegralType(args[0].toTensor().scalar_type(), /*includeBool=*/true) &&
+       stablehlo::is_float(outs[0].dtype)) ||
+      (op == "aten::pow.Tensor_Scalar" && n > 0 && args[0].isTensor() &&
+       to_dtype(args[0].toTensor().scalar_type()) != outs[0].dtype);
   std::vector<c10::IValue> promoted;
   if (clamp_promotes) {
     const at::Tensor& self = args[0].toTensor();

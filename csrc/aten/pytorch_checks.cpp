@@ -44,8 +44,8 @@ bool trusted(const c10::Error& e) {
   if (dynamic_cast<const c10::TypeError*>(&e)) return true;
   // A Scalar the dtype cannot hold ("value cannot be converted to type int64_t
   // without overflow") is refused whatever the stand-ins hold.
-  for (std::string_view about :
-       {"dtype", "scalar type", "result type", "can't be cast", "tensor for result", "without overflow"})
+  for (std::string_view about : {"dtype", "scalar type", "result type", "can't be cast", "tensor for result",
+                                 "without overflow", "does not support bool input"})
     if (says(about)) return true;
   return false;
 }
@@ -73,6 +73,8 @@ bool cpu_probe_applies(std::string_view op) {
 }
 
 OverlapRule overlap_rule(const std::string& op, bool pointwise) {
+  // fill_ of a tensor on self's device is CPU's self.copy_(value), which checks.
+  if (op == "aten::fill_.Tensor") return OverlapRule::Internal;
   // "aten::index_add_.default" -> "index_add"
   std::string name = op.substr(op.find("::") + 2);
   name = name.substr(0, name.find('.'));

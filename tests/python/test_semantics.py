@@ -79,14 +79,27 @@ KINDS = (
 
 class Known(NamedTuple):
     explanation: str
-    applies: Callable[[Divergence, str], bool]  # (the divergence, its op's line) -> is it this one
+    # (the divergence, its op's line, the CPU tensors before it) -> is it this one
+    applies: Callable[[Divergence, str, dict], bool]
     modes: tuple[str, ...] = MODES  # where it is deliberate
 
 
-def _out_aliases_an_input(line: str) -> bool:
-    """`line` passes out=tN that is also one of its inputs (torch.sum(t1, 0, out=t1))."""
+def _out_aliases_an_input(line: str, ns: dict) -> bool:
+    """`line` passes out=tN that is also one of its inputs (torch.sum(t1, 0, out=t1)),
+    or a view of the same storage (torch.sum(t0.expand(2), 0, out=t0))."""
     m = re.search(r"out=(t\d+)\b", line)
-    return bool(m) and re.search(rf"\b{m.group(1)}\b", line[: m.start()]) is not None
+    if not m:
+        return False
+    out = ns.get(m.group(1))
+    for name in re.findall(r"\b(t\d+)\b", line[: m.start()]):
+        t = ns.get(name)
+        if name == m.group(1) or (
+            isinstance(t, torch.Tensor)
+            and isinstance(out, torch.Tensor)
+            and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+        ):
+            return True
+    return False
 
 
 def _empty_shape(detail: str) -> bool:
@@ -99,53 +112,53 @@ def _empty_shape(detail: str) -> bool:
 KNOWN_DIVERGENCES: dict[str, Known] = {
     "integer division by zero": Known(
         "CPU raises ZeroDivisionError; tpu, like CUDA, returns what the device computes (x // 0 = -1, x % 0 = x)",
-        lambda d, line: d.kind == "cpu raised" and "ZeroDivisionError" in d.detail,
+        lambda d, line, ns: d.kind == "cpu raised" and "ZeroDivisionError" in d.detail,
     ),
     "strides of empty tensors": Known(
         "a tensor without elements may report other strides than CPU's (TensorIterator's order for 0 elements)",
-        lambda d, line: d.kind == "stride (size-1/empty)" and _empty_shape(d.detail),
+        lambda d, line, ns: d.kind == "stride (size-1/empty)" and _empty_shape(d.detail),
     ),
     "out= into an input, unchecked by CPU": Known(
         "reductions and matmuls whose out= is also their input: CPU's result depends on its kernel's loop order "
         "(it reads what it already wrote), and an out= of another shape is resized before the kernel reads it "
         "as its input (torch.sum(t, 1, out=t) then raises 'Dimension out of range'); tpu reads every input first",
-        lambda d, line: (
-            _out_aliases_an_input(line)
+        lambda d, line, ns: (
+            _out_aliases_an_input(line, ns)
             and (d.kind == "value" or (d.kind == "cpu raised" and "Dimension out of range" in d.detail))
         ),
     ),
     "x[mask] = a one-element tpu tensor of another dtype": Known(
         "raises, as CUDA does (index_put_ needs one dtype); CPU casts because the value is a CPU tensor there, "
         "which index_put_ fills in as a number (a CPU value on tpu is cast too)",
-        lambda d, line: d.kind == "tpu raised" and "source and destination dtypes match" in d.detail,
+        lambda d, line, ns: d.kind == "tpu raised" and "source and destination dtypes match" in d.detail,
     ),
     "traced strides of size-1 dims": Known(
         "a compiled graph's outputs have the strides its trace gives them, which differ from eager CPU's "
         "in dims of size 1 only (inductor's do too)",
-        lambda d, line: d.kind == "stride (size-1/empty)",
+        lambda d, line, ns: d.kind == "stride (size-1/empty)",
         modes=("compile",),
     ),
     "traced strides of a number's powers": Known(
         "pow(number, tensor): PyTorch's meta kernel lays the result out as the tensor, CPU's kernel contiguous; "
         "a compiled graph takes the trace's strides (eager tpu takes CPU's)",
-        lambda d, line: d.kind == "stride" and re.search(r"torch\.pow\([\d.]+,|= [\d.]+ \*\* ", line) is not None,
+        lambda d, line, ns: d.kind == "stride" and re.search(r"torch\.pow\([\d.]+,|= [\d.]+ \*\* ", line) is not None,
         modes=("compile",),
     ),
     "Dynamo's fake run refuses": Known(
         "Dynamo runs the graph on fake tensors (PyTorch's meta kernels) before any backend sees it, and raises "
         "where CPU eager does not check (a bmm of two dtypes with an empty operand): inductor raises the same",
-        lambda d, line: d.kind == "tpu raised" and "making fake tensor call" in d.detail,
+        lambda d, line, ns: d.kind == "tpu raised" and "making fake tensor call" in d.detail,
         modes=("compile",),
     ),
     "traced dtype of a bool ** bool": Known(
         "PyTorch's meta kernel gives int64 for pow(bool tensor, bool), CPU bool: a compiled graph takes the "
         "trace's dtype (eager tpu takes CPU's)",
-        lambda d, line: d.kind == "dtype" and "**" in line,
+        lambda d, line, ns: d.kind == "dtype" and "**" in line,
         modes=("compile",),
     ),
     "mixed dtypes of an empty matmul": Known(
         "CPU returns an empty result for a matmul of two dtypes when an operand is empty; tpu raises its dtype error",
-        lambda d, line: (
+        lambda d, line, ns: (
             d.kind == "tpu raised" and "expected scalar type" in d.detail and re.search(r"@|\b(matmul|b?mm)\(", line)
         ),
     ),
@@ -1406,10 +1419,19 @@ def repro(lines, mode: str, divergence: Divergence) -> str:
     return "\n".join(out)
 
 
+@quiet()
 def known(divergence: Divergence, lines, mode: str) -> str | None:
-    line = lines[divergence.op].text if divergence.op is not None and divergence.op < len(lines) else ""
+    at = divergence.op if divergence.op is not None and divergence.op < len(lines) else None
+    line = lines[at].text if at is not None else ""
+    ns = namespace("cpu")
+    if at is not None:
+        try:
+            for prior in lines[:at]:
+                exec(prior.text, ns)
+        except Exception:  # noqa: BLE001 - a program CPU cannot run this far: no tensors to look at
+            ns = namespace("cpu")
     return next(
-        (name for name, k in KNOWN_DIVERGENCES.items() if mode in k.modes and k.applies(divergence, line)), None
+        (name for name, k in KNOWN_DIVERGENCES.items() if mode in k.modes and k.applies(divergence, line, ns)), None
     )
 
 

@@ -546,3 +546,21 @@ def test_a_fill_value_the_dtype_cannot_hold_raises_on_a_bounded_tensor(mode):
         return synced(x.masked_fill_(mask, -inf))
 
     assert_like_cpu(f, "without overflow")
+
+
+def test_fill_of_a_tensor_value_into_an_expanded_tensor_raises(mode):
+    """fill_(tensor) is self.copy_(value) on CPU, which refuses a self whose
+    elements share memory; fill_(number) does not check (nor does a host value on tpu)."""
+    assert_like_cpu(lambda d: t([[False, True]], d).expand(2, 1, 2).fill_(t(-1, d)), "more than one element")
+    assert_like_cpu(lambda d: t([[False, True]], d).expand(2, 1, 2).fill_(-1))
+
+
+def test_argmax_of_bools_names_the_dtype_before_the_empty_dim(mode):
+    assert_like_cpu(lambda d: torch.argmax(torch.zeros(0, dtype=torch.bool, device=d), 0), "bool")
+
+
+def test_pow_that_changes_the_dtype_lays_out_like_cpu(mode):
+    """pow(bool view, 3) is int64: CPU's meta promotes the base first (a dense
+    copy), which gives a size-1 dim another stride than the view's order."""
+    assert_like_cpu(lambda d: torch.pow(torch.zeros(3, 2, 2, dtype=torch.bool, device=d).diagonal(-2, 0, 2), 3))
+    assert_like_cpu(lambda d: torch.pow(torch.zeros(3, 2, 2, dtype=torch.bool, device=d).diagonal(-2, 0, 2), 2.5))
