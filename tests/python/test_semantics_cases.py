@@ -564,3 +564,13 @@ def test_pow_that_changes_the_dtype_lays_out_like_cpu(mode):
     copy), which gives a size-1 dim another stride than the view's order."""
     assert_like_cpu(lambda d: torch.pow(torch.zeros(3, 2, 2, dtype=torch.bool, device=d).diagonal(-2, 0, 2), 3))
     assert_like_cpu(lambda d: torch.pow(torch.zeros(3, 2, 2, dtype=torch.bool, device=d).diagonal(-2, 0, 2), 2.5))
+
+
+@pytest.mark.parametrize(("shape", "dim"), [((5,), 0), ((2, 5), 0), ((2, 5), 1), ((2, 2, 5), 1), ((2, 3, 4, 5), 2)])
+def test_index_add_out_of_range_raises_cpus_class(mode, shape, dim):
+    """CPU raises IndexError for a 1-D index_add_ and one along a middle dim,
+    RuntimeError (its scatter_add path) along the first or last dim of N-D."""
+    source = [1 if i == dim else k for i, k in enumerate(shape)]
+    assert_like_cpu(
+        lambda d: synced(torch.zeros(shape, device=d).index_add_(dim, t([7], d), torch.ones(source, device=d)))
+    )
