@@ -378,13 +378,15 @@ Value integer_power(Builder& b, const Value& base, const Value& exponent) {
 
 // base ** e for a float base and a known exponent, as CPU's kernel computes
 // it: squares, cubes, square roots and reciprocals exactly, not through
-// pow() ((-inf) ** 0.5 is nan there, as sqrt gives).
-std::optional<Value> float_power_of(Builder& b, const Value& x, double e) {
+// pow() ((-inf) ** 0.5 is nan there, as sqrt gives). Its float16 kernel
+// takes no square root: (-inf) ** 0.5 is inf and (-0) ** 0.5 is 0, as pow()
+// gives (`half`: the base is float16, whatever x is computed in).
+std::optional<Value> float_power_of(Builder& b, const Value& x, double e, bool half = false) {
   auto one = [&] { return b.constant(1, x.type); };
   if (e == 2) return b.binary(Binary::Multiply, x, x);
   if (e == 3) return b.binary(Binary::Multiply, b.binary(Binary::Multiply, x, x), x);
-  if (e == 0.5) return b.unary(Unary::Sqrt, x);
-  if (e == -0.5) return b.unary(Unary::Rsqrt, x);
+  if (e == 0.5 && !half) return b.unary(Unary::Sqrt, x);
+  if (e == -0.5 && !half) return b.unary(Unary::Rsqrt, x);
   if (e == -1) return b.binary(Binary::Divide, one(), x);
   if (e == -2) return b.binary(Binary::Divide, one(), b.binary(Binary::Multiply, x, x));
   return std::nullopt;
@@ -396,7 +398,7 @@ std::vector<Value> pow(LoweringContext& c) {
   const bool known = c.args[1].kind != LoweringArg::Tensor && !c.args[1].dynamic;
   if (stablehlo::is_float(c.out().dtype) || stablehlo::is_complex(c.out().dtype)) {
     if (known)
-      if (auto r = float_power_of(c.b, base, c.number(1))) return {*r};
+      if (auto r = float_power_of(c.b, base, c.number(1), c.tensor(0).dtype() == DType::Float16)) return {*r};
     return {c.b.binary(Binary::Power, base, exponent)};
   }
   if (c.out().dtype == DType::Bool)  // b ** e on bools (CPU's result type): e false gives true

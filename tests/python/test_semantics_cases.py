@@ -574,3 +574,17 @@ def test_index_add_out_of_range_raises_cpus_class(mode, shape, dim):
     assert_like_cpu(
         lambda d: synced(torch.zeros(shape, device=d).index_add_(dim, t([7], d), torch.ones(source, device=d)))
     )
+
+
+def test_index_select_along_dim_1_of_a_matrix_raises_cpus_class(mode):
+    """CPU's kernel for dim 1 of a matrix has its own bounds check (RuntimeError); others raise IndexError."""
+    assert_like_cpu(lambda d: synced(torch.index_select(torch.zeros(2, 4, device=d), 1, t([1, 9], d))))
+    assert_like_cpu(lambda d: synced(torch.index_select(torch.zeros(4, 2, device=d), 0, t([1, 9], d))))
+
+
+def test_float16_square_roots_by_pow_keep_pows_infinities(mode):
+    """CPU's float16 pow takes no square-root shortcut: (-inf) ** 0.5 is inf, (-0) ** -0.5 is inf."""
+    x = [-inf, -0.0, 0.0, 4.0, inf]
+    assert_like_cpu(lambda d: t(x, d, dtype=torch.float16) ** 0.5)
+    assert_like_cpu(lambda d: t(x, d, dtype=torch.float16) ** -0.5)
+    assert_like_cpu(lambda d: t(x, d, dtype=torch.bfloat16) ** 0.5)
