@@ -102,6 +102,20 @@ def _out_aliases_an_input(line: str, ns: dict) -> bool:
     return False
 
 
+def _float_scan(line: str, ns: dict) -> bool:
+    """`line` is `tN = ...cumsum/cumprod(...)` with a float result (run on CPU to see)."""
+    m = re.match(r"(t\d+) = .*\bcum(sum|prod)\(", line)
+    if not m:
+        return False
+    after = dict(ns)
+    try:
+        exec(line, after)
+    except Exception:  # noqa: BLE001 - it raised on CPU: not a value divergence of its own
+        return False
+    out = after.get(m.group(1))
+    return isinstance(out, torch.Tensor) and out.dtype.is_floating_point
+
+
 def _empty_shape(detail: str) -> bool:
     m = re.search(r"\[([\d, ]*)\]: cpu stride", detail)
     return bool(m) and "0" in [x.strip() for x in m.group(1).split(",")]
@@ -131,6 +145,11 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "raises, as CUDA does (index_put_ needs one dtype); CPU casts because the value is a CPU tensor there, "
         "which index_put_ fills in as a number (a CPU value on tpu is cast too)",
         lambda d, line, ns: d.kind == "tpu raised" and "source and destination dtypes match" in d.detail,
+    ),
+    "rounding order of a float scan": Known(
+        "a float cumsum/cumprod: CPU accumulates in order (float32 in double), XLA scans in parallel in the "
+        "output dtype, as CUDA does; the last bits differ, and a cancellation (2^63 - 2^63 + 6) can lose a term",
+        lambda d, line, ns: d.kind == "value" and _float_scan(line, ns),
     ),
     "traced strides of size-1 dims": Known(
         "a compiled graph's outputs have the strides its trace gives them, which differ from eager CPU's "
