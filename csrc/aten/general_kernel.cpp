@@ -574,6 +574,9 @@ bool index_put_as_masked_fill(const OpPlan& plan, const std::vector<c10::IValue>
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& value = args[2].toTensor();
   if (value.numel() != 1 || (!value.is_cpu() && value.device() != self.device())) return false;
+  // A device value of another dtype: index_put_'s dtype error, as on CUDA
+  // (only a CPU value is a number there, filled in as masked_fill_ does).
+  if (!value.is_cpu() && value.scalar_type() != self.scalar_type()) return false;
   at::Tensor mask;
   int64_t dim = 0;
   for (const auto& t : args[1].toOptionalTensorList()) {
@@ -597,7 +600,7 @@ bool index_put_as_masked_fill(const OpPlan& plan, const std::vector<c10::IValue>
   if (value.is_cpu())
     target.masked_fill_(mask, value.item());
   else
-    target.masked_fill_(mask, value.reshape({}).to(self.scalar_type()));
+    target.masked_fill_(mask, value.reshape({}));
   torch::jit::drop(*stack, args.size());
   stack->push_back(target);
   return true;

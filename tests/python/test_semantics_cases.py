@@ -588,3 +588,18 @@ def test_float16_square_roots_by_pow_keep_pows_infinities(mode):
     assert_like_cpu(lambda d: t(x, d, dtype=torch.float16) ** 0.5)
     assert_like_cpu(lambda d: t(x, d, dtype=torch.float16) ** -0.5)
     assert_like_cpu(lambda d: t(x, d, dtype=torch.bfloat16) ** 0.5)
+
+
+def test_a_mask_assignment_of_a_tpu_value_of_another_dtype_raises_as_cuda(mode):
+    """x[mask] = v: a one-element CPU v is a number (cast, checked like CPU's);
+    a tpu v of another dtype gets index_put_'s dtype error, as a CUDA v does."""
+    x = torch.tensor([9, 0, 3], dtype=torch.uint8, device="tpu")
+    with pytest.raises(RuntimeError, match="source and destination dtypes match"):
+        x[x > 0] = torch.tensor(2.5, device="tpu")
+    x[x > 0] = torch.tensor(7, dtype=torch.uint8, device="tpu")
+    assert x.cpu().tolist() == [7, 0, 7]
+    x[x > 0] = torch.tensor(2.5)
+    assert x.cpu().tolist() == [2, 0, 2]
+    assert_like_cpu(
+        lambda d: (lambda y: y.__setitem__(y > 0, torch.tensor(-1.5)) or synced(y))(t([9, 0], d, dtype=torch.uint8))
+    )
