@@ -1659,7 +1659,8 @@ bool bounded_kernel(const c10::OperatorHandle& op, OpPlan& plan, const std::vect
       }
       outputs.push_back(wrap_padded(results[k], stored, dtype, dev, unknown).permute(back));
     }
-    if (any_bounded && !has_deferred) cpu_strides_in_size_one_dims(outputs.back(), plan, args);
+    // A static output's layout was built for the padded arguments: size-1 dims take the real ones'.
+    if (!has_deferred) cpu_strides_in_size_one_dims(outputs.back(), plan, args);
   }
   if (runtime.mode() == runtime::EagerMode::Debug && runtime.check_nan()) {
     std::vector<TensorType> types;

@@ -162,10 +162,13 @@ def test_masked_assignment_with_a_device_value_needs_no_count():
         assert_same(t, ref)
     i = torch.randint(0, 9, (6,))
     ref_i = i.clone()
-    ref_i[ref_i > 4] = torch.tensor(7.9).to(torch.int64)  # cast to x's dtype, as index_put_ does
+    ref_i[ref_i > 4] = 7
     ti = i.to("tpu")
-    ti[ti > 4] = torch.tensor(7.9, device="tpu")
+    ti[ti > 4] = torch.tensor(7, device="tpu")
     assert_same(ti, ref_i)
+    # A device value of another dtype: index_put_'s dtype error, as with a CUDA value.
+    with pytest.raises(RuntimeError, match="source and destination dtypes match"):
+        ti[ti > 4] = torch.tensor(7.9, device="tpu")
 
 
 def masked_assignments(x, mask, rows, row, column):

@@ -603,3 +603,17 @@ def test_a_mask_assignment_of_a_tpu_value_of_another_dtype_raises_as_cuda(mode):
     assert_like_cpu(
         lambda d: (lambda y: y.__setitem__(y > 0, torch.tensor(-1.5)) or synced(y))(t([9, 0], d, dtype=torch.uint8))
     )
+
+
+def test_a_static_result_of_a_bounded_op_lays_size_1_dims_out_like_cpu(mode):
+    """A view of a tensor with a bounded dim, all its dims static again: the
+    program is built for the padded arguments, the size-1 strides follow CPU's."""
+
+    def f(d):
+        x = torch.zeros(2, 4, 2, dtype=torch.int32, device=d)
+        if d == "tpu":
+            x = torch_tpu.mark_dynamic(x, 1, max=8)
+        v = x.select(-3, 0).unfold(1, 2, 1)[1:3:3]  # [1, 1, 2], strides (6, 1, 1)
+        return v + 1, torch.atan2(torch.all(x), v)
+
+    assert_like_cpu(f)
