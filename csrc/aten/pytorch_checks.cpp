@@ -19,11 +19,12 @@ class Silent : public c10::WarningHandler {
 // A CPU tensor of t's dtype and rank with every non-empty dimension of size 1,
 // filled with `fill` (1 for pointwise ops: no integer division by zero; 0 for
 // others: a valid index into any non-empty dimension).
-at::Tensor stand_in(const at::Tensor& t, double fill) {
+at::Tensor stand_in(const at::Tensor& t, double fill, bool real_sizes = false) {
   if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
   if (t.is_cpu() && t.dim() == 0) return t;  // a CPU scalar tensor is taken as it is
   std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  for (auto& n : sizes) n = n == 0 ? 0 : 1;
+  if (!real_sizes)
+    for (auto& n : sizes) n = n == 0 ? 0 : 1;
   return at::full(sizes, fill, at::TensorOptions().dtype(t.scalar_type()));
 }
 
@@ -122,20 +123,26 @@ std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const 
                                            bool pointwise, bool meta_refused) {
   if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return {};
   const double fill = pointwise ? 1 : 0;
+  // Where the meta kernel refused the call (shapes that do not broadcast),
+  // small arguments keep their sizes, so that CPU meets the same error first.
+  int64_t numel = 0;
+  for (const auto& v : args)
+    if (v.isTensor() && v.toTensor().defined()) numel += v.toTensor().numel();
+  const bool real = meta_refused && numel <= (int64_t{1} << 16);
   torch::jit::Stack stack;
   for (const auto& v : args) {
     if (v.isGenerator()) return {};  // a random op: its CPU kernel would want a CPU generator
     if (v.isTensor()) {
-      stack.push_back(stand_in(v.toTensor(), fill));
+      stack.push_back(stand_in(v.toTensor(), fill, real));
     } else if (v.isTensorList()) {
       std::vector<at::Tensor> ts;
-      for (const at::Tensor& t : v.toTensorVector()) ts.push_back(stand_in(t, fill));
+      for (const at::Tensor& t : v.toTensorVector()) ts.push_back(stand_in(t, fill, real));
       stack.push_back(std::move(ts));
     } else if (v.isOptionalTensorList()) {
       c10::List<std::optional<at::Tensor>> ts;
       for (const auto& t : v.toOptionalTensorList()) {
         const std::optional<at::Tensor>& ot = t;
-        ts.push_back(ot ? std::optional<at::Tensor>(stand_in(*ot, fill)) : std::nullopt);
+        ts.push_back(ot ? std::optional<at::Tensor>(stand_in(*ot, fill, real)) : std::nullopt);
       }
       stack.push_back(std::move(ts));
     } else {

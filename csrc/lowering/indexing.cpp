@@ -307,10 +307,11 @@ LoweringRule index_write(ScatterCombine combine) {
     c.check_indices(column(c.masked(2, c.b.scalar(0, index.dtype()))), size, false,
                     "index_copy/index_add: index out of range for dimension " + std::to_string(dim) + " with size " +
                         std::to_string(size),
-                    // CPU: IndexError for index_copy, for a 1-D index_add and one along a middle dim;
-                    // RuntimeError (its scatter_add path) for an N-D index_add along the first or last dim
+                    // CPU: IndexError for index_copy, for a 1-D index_add, one along a middle dim
+                    // and one with an int32 index; RuntimeError (its scatter_add path) for an N-D
+                    // index_add along the first or last dim with an int64 index
                     /*index_error=*/combine != ScatterCombine::Add || c.tensor(0).rank() <= 1 ||
-                        (dim != 0 && dim != c.tensor(0).rank() - 1));
+                        (dim != 0 && dim != c.tensor(0).rank() - 1) || index.dtype() != DType::Int64);
     if (combine == ScatterCombine::Add && c.has(4) && !c.is_number(4, 1))
       src = c.b.binary(Binary::Multiply, src, c.value_as(4, src.type));
     ScatterDims dims;

@@ -103,8 +103,8 @@ def _out_aliases_an_input(line: str, ns: dict) -> bool:
 
 
 def _float_scan(line: str, ns: dict) -> bool:
-    """`line` is `tN = ...cumsum/cumprod(...)` with a float result (run on CPU to see)."""
-    m = re.match(r"(t\d+) = .*\bcum(sum|prod)\(", line)
+    """`line` is `tN = ...cumsum/cumprod/prod(...)` with a float result (run on CPU to see)."""
+    m = re.match(r"(t\d+) = .*\b(cumsum|cumprod|prod)\(", line)
     if not m:
         return False
     after = dict(ns)
@@ -146,9 +146,10 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "which index_put_ fills in as a number (a CPU value on tpu is cast too)",
         lambda d, line, ns: d.kind == "tpu raised" and "source and destination dtypes match" in d.detail,
     ),
-    "rounding order of a float scan": Known(
-        "a float cumsum/cumprod: CPU accumulates in order (float32 in double), XLA scans in parallel in the "
-        "output dtype, as CUDA does; the last bits differ, and a cancellation (2^63 - 2^63 + 6) can lose a term",
+    "rounding order of a float scan or product": Known(
+        "a float cumsum/cumprod/prod: CPU accumulates in order (float32 sums in double, float16 products in "
+        "float16), XLA scans and reduces in parallel in float32, as CUDA does; the last bits differ, a "
+        "cancellation (2^63 - 2^63 + 6) can lose a term, and an overflow met in CPU's order (inf * 0) may not be",
         lambda d, line, ns: d.kind == "value" and _float_scan(line, ns),
     ),
     "traced strides of size-1 dims": Known(

@@ -566,13 +566,17 @@ def test_pow_that_changes_the_dtype_lays_out_like_cpu(mode):
     assert_like_cpu(lambda d: torch.pow(torch.zeros(3, 2, 2, dtype=torch.bool, device=d).diagonal(-2, 0, 2), 2.5))
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize(("shape", "dim"), [((5,), 0), ((2, 5), 0), ((2, 5), 1), ((2, 2, 5), 1), ((2, 3, 4, 5), 2)])
-def test_index_add_out_of_range_raises_cpus_class(mode, shape, dim):
-    """CPU raises IndexError for a 1-D index_add_ and one along a middle dim,
-    RuntimeError (its scatter_add path) along the first or last dim of N-D."""
+def test_index_add_out_of_range_raises_cpus_class(mode, shape, dim, index_dtype):
+    """CPU raises IndexError for a 1-D index_add_, one along a middle dim and one
+    with an int32 index; RuntimeError (its scatter_add path) along the first or
+    last dim of N-D with an int64 index."""
     source = [1 if i == dim else k for i, k in enumerate(shape)]
     assert_like_cpu(
-        lambda d: synced(torch.zeros(shape, device=d).index_add_(dim, t([7], d), torch.ones(source, device=d)))
+        lambda d: synced(
+            torch.zeros(shape, device=d).index_add_(dim, t([7], d, dtype=index_dtype), torch.ones(source, device=d))
+        )
     )
 
 
@@ -617,3 +621,13 @@ def test_a_static_result_of_a_bounded_op_lays_size_1_dims_out_like_cpu(mode):
         return v + 1, torch.atan2(torch.all(x), v)
 
     assert_like_cpu(f)
+
+
+def test_shapes_that_do_not_broadcast_are_named_before_an_unsupported_dtype(mode):
+    """CPU's TensorIterator refuses the shapes before its kernel refuses bool pow."""
+    assert_like_cpu(
+        lambda d: torch.zeros(1, 3, 3, dtype=torch.bool, device=d).pow_(
+            torch.ones(5, 5, 2, dtype=torch.bool, device=d)
+        ),
+        "must match the size",
+    )
