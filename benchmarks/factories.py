@@ -14,17 +14,20 @@ import torch
 import torch_tpu  # noqa: F401 - registers the tpu device
 
 
-def median_us(fn, iters: int) -> float:
-    for _ in range(10):
+def medians_us(fns, iters: int) -> list[float]:
+    """Median microseconds of each of `fns`, synchronized, alternated call by
+    call so that a slow spell of this shared machine hits them alike."""
+    for fn in fns:
         fn()
-    torch.tpu.synchronize()
-    samples = []
+    samples = [[] for _ in fns]
     for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        torch.tpu.synchronize()
-        samples.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(samples)
+        for fn, times in zip(fns, samples, strict=True):
+            torch.tpu.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.tpu.synchronize()
+            times.append((time.perf_counter() - t0) * 1e6)
+    return [statistics.median(times) for times in samples]
 
 
 def main() -> None:
@@ -35,8 +38,10 @@ def main() -> None:
     print(f"|{'-' * 18}|{'-' * 23}|{'-' * 28}|")
     for numel in (1 << 12, 1 << 20, 1 << 22):
         host = torch.zeros(numel)
-        zeros = median_us(lambda: torch.zeros(numel, device="tpu"), args.iters)  # noqa: B023
-        upload = median_us(lambda: host.to("tpu"), args.iters)  # noqa: B023
+        zeros, upload = medians_us(
+            [lambda: torch.zeros(numel, device="tpu"), lambda: host.to("tpu")],  # noqa: B023
+            args.iters,
+        )
         print(f"| {numel:>16} | {zeros:>21.1f} | {upload:>26.1f} |")
 
 
