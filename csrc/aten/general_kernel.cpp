@@ -965,10 +965,7 @@ void check_writes(const OpPlan& plan, const std::vector<c10::IValue>& args, cons
   for (int i : plan.mutated)
     for (auto& w : inputs)
       if (w.argument == i) written.push_back(w);
-  // fill_ of a host value fills with value.item(), unchecked (CUDA's too).
-  const bool host_fill = plan.overlap == OverlapRule::Internal && plan.name == "aten::fill_.Tensor" &&
-                         args[1].isTensor() && args[1].toTensor().is_cpu();
-  if (!written.empty() && !host_fill) check_overlap(written, inputs, plan.overlap);
+  if (!written.empty()) check_overlap(written, inputs, plan.overlap);
 }
 
 // TensorIterator's shape checks of the tensors an op writes: an in-place

@@ -112,21 +112,21 @@ void lay_out_like_cpu(const std::string& op, bool pointwise, const std::vector<b
   // clamp of an integer tensor by a float number, and pow of a tensor to a
   // number of another dtype (bool ** 3): CPU's meta promotes self first
   // (self.to(dtype): dense strides), then iterates over that copy.
-  const bool clamp_promotes =
+  const bool promotes_self =
       ((op == "aten::clamp" || op == "aten::clamp_min" || op == "aten::clamp_max") && n > 0 && args[0].isTensor() &&
        c10::isIntegralType(args[0].toTensor().scalar_type(), /*includeBool=*/true) &&
        stablehlo::is_float(outs[0].dtype)) ||
       (op == "aten::pow.Tensor_Scalar" && n > 0 && args[0].isTensor() &&
        to_dtype(args[0].toTensor().scalar_type()) != outs[0].dtype);
   std::vector<c10::IValue> promoted;
-  if (clamp_promotes) {
+  if (promotes_self) {
     const at::Tensor& self = args[0].toTensor();
     promoted = args;
     promoted[0] = at::empty_strided(self.sizes(), empty_like_strides(self), self.options().device(at::kMeta));
   }
   if (lays_out_like_its_inputs(op, pointwise))
     for (size_t k = 0; k < n; ++k)
-      if (auto ti = tensor_iterator_strides(op, is_out, clamp_promotes ? promoted : args, outs[k].shape))
+      if (auto ti = tensor_iterator_strides(op, is_out, promotes_self ? promoted : args, outs[k].shape))
         strides[k] = *ti;
   // isinf of integers is zeros_like(self): no element can be infinite.
   const bool isinf_of_integers = op == "aten::isinf" && !at::isFloatingType(args[0].toTensor().scalar_type()) &&

@@ -74,8 +74,7 @@ bool cpu_probe_applies(std::string_view op) {
 }
 
 OverlapRule overlap_rule(const std::string& op, bool pointwise) {
-  // fill_ of a tensor on self's device is CPU's self.copy_(value), which checks.
-  if (op == "aten::fill_.Tensor") return OverlapRule::Internal;
+  if (op == "aten::fill_.Tensor") return OverlapRule::Copy;
   // "aten::index_add_.default" -> "index_add"
   std::string name = op.substr(op.find("::") + 2);
   name = name.substr(0, name.find('.'));
@@ -97,6 +96,11 @@ OverlapRule overlap_rule(const std::string& op, bool pointwise) {
 }
 
 void check_overlap(const std::vector<Written>& written, const std::vector<Written>& inputs, OverlapRule rule) {
+  if (rule == OverlapRule::Copy) {  // a host value fills with value.item(), unchecked (CUDA's too)
+    for (const auto& in : inputs)
+      if (in.argument == 1 && in.tensor.is_cpu()) return;
+    rule = OverlapRule::Internal;
+  }
   if (rule == OverlapRule::None) return;
   for (const auto& w : written) {
     if (rule != OverlapRule::IndexPut && rule != OverlapRule::Mask)
@@ -125,10 +129,12 @@ std::vector<at::ScalarType> check_like_cpu(const c10::OperatorHandle& op, const 
   const double fill = pointwise ? 1 : 0;
   // Where the meta kernel refused the call (shapes that do not broadcast),
   // small arguments keep their sizes, so that CPU meets the same error first.
-  int64_t numel = 0;
-  for (const auto& v : args)
-    if (v.isTensor() && v.toTensor().defined()) numel += v.toTensor().numel();
-  const bool real = meta_refused && numel <= (int64_t{1} << 16);
+  const bool real = meta_refused && [&] {
+    int64_t numel = 0;
+    for (const auto& v : args)
+      if (v.isTensor() && v.toTensor().defined()) numel += v.toTensor().numel();
+    return numel <= (int64_t{1} << 16);
+  }();
   torch::jit::Stack stack;
   for (const auto& v : args) {
     if (v.isGenerator()) return {};  // a random op: its CPU kernel would want a CPU generator

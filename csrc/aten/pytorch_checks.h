@@ -28,6 +28,7 @@ enum class OverlapRule {
   Cat,       // Full, but cat skips (and so does not check) its legacy empty inputs (1-D, 0 elements)
   Mask,      // masked_fill_: the mask may not overlap self partly (the value is read first)
   IndexPut,  // Full, but an expanded self only warns (deprecated, as in index_put_)
+  Copy,      // Internal when the value (argument 1) is on the device: fill_(tensor) is self.copy_(value) there
 };
 // The rule for an op ("aten::add_.Tensor"): pointwise ops follow TensorIterator's.
 OverlapRule overlap_rule(const std::string& op, bool pointwise);

@@ -114,7 +114,7 @@ std::vector<Value> relu(LoweringContext& c) {
 
 // fill(self, value): every element of self's shape becomes value.
 std::vector<Value> fill(LoweringContext& c) {
-  if (c.args[1].kind == LoweringArg::Tensor && !c.args[1].dynamic) c.check_converts(c.tensor(1), c.out().dtype);
+  c.check_value_fits(1);
   return {c.operand_as_output(1)};
 }
 

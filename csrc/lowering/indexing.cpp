@@ -387,7 +387,7 @@ std::vector<Value> index_fill(LoweringContext& c) {
   const int64_t dim = normalize_dim(c.integer(1), x.rank()), size = x.shape()[dim];
   const Value& index = c.tensor(2);
   if (index.type.numel() == 0 || out.numel() == 0) return {c.tensor(0)};
-  if (c.args[3].kind == LoweringArg::Tensor && !c.args[3].dynamic) c.check_converts(c.tensor(3), out.dtype);
+  c.check_value_fits(3);
   Value i = wrap_negative(c.b, c.b.reshape(index, {index.type.numel()}), size);
   Value rows = c.b.scatter_1d(c.b.constant(0, {DType::Bool, {size}}), i, c.b.constant(1, {DType::Bool, i.shape()}));
   Value mask = c.b.broadcast_in_dim(rows, x.shape(), {dim});
@@ -549,7 +549,7 @@ std::vector<Value> index_put(LoweringContext& c) {
 
 // masked_fill(self, mask, value): value where mask (broadcast) is true.
 std::vector<Value> masked_fill(LoweringContext& c) {
-  if (c.args[2].kind == LoweringArg::Tensor && !c.args[2].dynamic) c.check_converts(c.tensor(2), c.out().dtype);
+  c.check_value_fits(2);
   Value mask = c.b.broadcast_to(c.tensor(1), c.out().shape);
   return {c.b.select(mask, c.value_as(2, c.out()), c.operand_as_output(0))};
 }

@@ -318,9 +318,11 @@ Value LoweringContext::value_as(size_t i, const TensorType& type) const {
 
 Value LoweringContext::operand_as_output(size_t i, size_t k) const { return value_as(i, out(k)); }
 
-void LoweringContext::check_converts(const Value& value, DType to) {
+void LoweringContext::check_value_fits(size_t i) {
   using stablehlo::Compare;
-  const DType from = value.dtype();
+  if (!has(i) || args[i].kind != LoweringArg::Tensor || args[i].dynamic) return;
+  const Value& value = tensor(i);
+  const DType from = value.dtype(), to = out().dtype;
   // Bool takes any number (Scalar::toBool); complex values are not checked.
   if (to == DType::Bool || from == DType::Bool || stablehlo::is_complex(to) || stablehlo::is_complex(from)) return;
   struct Limits {

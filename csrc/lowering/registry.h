@@ -102,11 +102,12 @@ struct LoweringContext {
     bool index_error = true;
   };
   std::vector<Check> checks{};
-  // CPU reads a tensor `value` of fill_ / masked_fill / index_fill as a
-  // Scalar and refuses one `to` cannot hold (c10::checked_convert): "value
-  // cannot be converted to type int without overflow". The same as a device
-  // check on the 1-element `value` (a Python number is checked on the host).
-  void check_converts(const Value& value, DType to);
+  // CPU reads a tensor value (argument `i`) of fill_ / masked_fill /
+  // index_fill as a Scalar and refuses one the output dtype cannot hold
+  // (c10::checked_convert): "value cannot be converted to type int without
+  // overflow". The same as a device check; a Python number (a static or
+  // dynamic Scalar) is checked on the host.
+  void check_value_fits(size_t i);
   // Every entry of integer `index` lies in [0, size), or [-size, size) when
   // negative indices count from the end.
   void check_indices(const Value& index, int64_t size, bool allow_negative, const std::string& message,
