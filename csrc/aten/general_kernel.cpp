@@ -778,6 +778,8 @@ at::IntArrayRef layout_of(const runtime::Program& program, size_t k) {
 }
 void check_finite(const std::string& op, const std::vector<Input>& inputs, const std::vector<TensorType>& types,
                   const std::vector<pjrt::BufferPtr>& results, int dev);
+void check_written_shapes(const OpPlan& plan, const std::vector<c10::IValue>& args,
+                          const std::vector<TensorType>& outputs);
 
 // Builds the op's program (on a cache miss): PyTorch's meta kernel decides
 // the outputs, the rule lowers the op, and the outputs are flattened in the
@@ -812,6 +814,7 @@ runtime::ProgramSpec build_program(const c10::OperatorHandle& op, const OpPlan& 
   // The checks of CPU's kernel that the meta kernel skips (dtypes, casts),
   // and its result types for a pointwise op.
   if (probe) {
+    if (plan.pointwise) check_written_shapes(plan, args, outs);
     auto cpu_dtypes = check_like_cpu(op, args, plan.pointwise);
     if (plan.pointwise && !plan.functional && cpu_dtypes.size() == outs.size())
       for (size_t k = 0; k < outs.size(); ++k) outs[k].dtype = to_dtype(cpu_dtypes[k]);
@@ -971,12 +974,14 @@ void check_writes(const OpPlan& plan, const std::vector<c10::IValue>& args, cons
 // TensorIterator's shape checks of the tensors an op writes: an in-place
 // result must have self's shape (x.div_(y) with y broadcasting x to a larger
 // shape), and an out= tensor that is also an input is not resized.
-void check_written_shapes(const OpPlan& plan, const std::vector<c10::IValue>& args, const runtime::Program& program) {
-  for (size_t k = 0; k < plan.return_alias.size() && k < program.outputs.size(); ++k) {
+// Also before CPU's kernel runs on stand-ins, whose sizes would hide it.
+void check_written_shapes(const OpPlan& plan, const std::vector<c10::IValue>& args,
+                          const std::vector<TensorType>& outputs) {
+  for (size_t k = 0; k < plan.return_alias.size() && k < outputs.size(); ++k) {
     const int alias = plan.return_alias[k];
     if (alias < 0) continue;
     const at::Tensor& out = args[alias].toTensor();
-    const auto& shape = program.outputs[k].shape;
+    const auto& shape = outputs[k].shape;
     if (out.sizes() == at::IntArrayRef(shape)) continue;
     bool resizable = plan.is_out[alias];
     for (size_t i = 0; i < args.size() && resizable; ++i)
@@ -1899,11 +1904,14 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const CallDescription call = describe_call(plan, args);
   const Writes writes = writes_of(plan, args);
   if (run_overlapping_writes_in_order(op, plan, args, writes.mutated, stack)) return;
-  check_writes(plan, args, writes.mutated);
+  // CPU's cat checks dtypes (its meta kernel) before overlaps; TensorIterator the other way round.
+  const bool meta_first = plan.overlap == OverlapRule::Cat;
+  if (!meta_first) check_writes(plan, args, writes.mutated);
   if (needs_value_check(args, call.dynamic)) check_like_cpu(op, args, plan.pointwise);
   const runtime::ProgramPtr program = program_for(op, plan, args, call, writes);
   if (!program) return lowered_kernel(op, stack);
-  if (plan.pointwise) check_written_shapes(plan, args, *program);
+  if (meta_first) check_writes(plan, args, writes.mutated);
+  if (plan.pointwise) check_written_shapes(plan, args, program->outputs);
   std::vector<pjrt::BufferPtr> results = launch_call(program, plan, call);
   torch::jit::drop(*stack, n);
   bind_results(plan, args, *program, results, writes.mutated, call.device_index(), stack);

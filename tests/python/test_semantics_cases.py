@@ -631,3 +631,26 @@ def test_shapes_that_do_not_broadcast_are_named_before_an_unsupported_dtype(mode
         ),
         "must match the size",
     )
+
+
+def test_an_in_place_result_of_another_shape_is_named_before_an_unsupported_dtype(mode):
+    """bool remainder_ whose other broadcasts self to [3, 0]: CPU's TensorIterator
+    refuses the shapes first; the dtype check on size-1 stand-ins would hide it."""
+    assert_like_cpu(
+        lambda d: torch.zeros(1, 0, dtype=torch.bool, device=d).remainder_(
+            torch.zeros(3, 1, dtype=torch.bool, device=d)
+        ),
+        "doesn't match the broadcast shape [3, 0]",
+    )
+
+
+def test_cat_names_a_dtype_it_cannot_cast_to_before_an_overlap(mode):
+    """cat(out=) into one of its inputs: CPU's meta kernel refuses the dtype
+    first (TypeError); with a dtype it can cast to, the overlap error."""
+
+    def into_input(d, other_dtype):
+        x = t([True, False], d)
+        return torch.cat([x, x.to(other_dtype)], 0, out=x)
+
+    assert_like_cpu(lambda d: into_input(d, torch.int32), "can't be cast to the desired output type")
+    assert_like_cpu(lambda d: into_input(d, torch.bool), "refer to a single memory location")
