@@ -295,7 +295,15 @@ class Gen:
         return f"t{self.count - 1}"
 
     def pick(self, pred=None) -> tuple[str, torch.Tensor]:
-        live = [(k, v) for k, v in live_tensors(self.ns).items() if pred is None or pred(v)]
+        tensors = live_tensors(self.ns)
+        # Not an integer view of floats holding NaN or subnormals (a NaN that a
+        # later in-place op wrote): an op reading it would copy unspecified bits.
+        noisy = {v.untyped_storage().data_ptr() for v in tensors.values() if bit_noise(v)}
+
+        def bits_defined(v):
+            return v.dtype.is_floating_point or v.untyped_storage().data_ptr() not in noisy
+
+        live = [(k, v) for k, v in tensors.items() if (pred is None or pred(v)) and bits_defined(v)]
         if not live:
             raise Skip
         if self.rng.random() < 0.5:
