@@ -860,6 +860,8 @@ def out_variant(g):
         out = g.pick()[0]
     else:
         out = a
+    if not castable(result, eval(out, dict(g.ns)).dtype):
+        raise Skip  # a float result of inf, NaN or out of range into an integer out=: undefined
     call = f"torch.{name}({args}, out={out})"
     return f"out={name}", (f"{g.new()} = {call}" if out.startswith("torch.") else g.statement(call))
 
