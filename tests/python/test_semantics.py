@@ -145,6 +145,27 @@ def _cancelling_sum(line: str, ns: dict) -> bool:
     return smallest_result * 2**10 <= largest and bound > atol + rtol * smallest_result
 
 
+def _subnormal(v) -> bool:
+    if isinstance(v, (list, tuple)):
+        return any(_subnormal(x) for x in v)
+    if not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v.numel() == 0:
+        return False
+    return bool(((v != 0) & (v.abs() < torch.finfo(v.dtype).tiny)).any())
+
+
+def _meets_subnormals(line: str, ns: dict) -> bool:
+    """`line` reads a tensor holding subnormal floats, or computes one on CPU (XLA flushes them to zero)."""
+    target, _, expr = line.partition(" = ")
+    if _ and any(_subnormal(ns.get(name)) for name in re.findall(r"\bt\d+\b", expr)):
+        return True
+    after = dict(ns)
+    try:
+        exec(line, after)
+    except Exception:  # noqa: BLE001 - it raised on CPU: not a value divergence of its own
+        return False
+    return any(_subnormal(after.get(name)) for name in re.findall(r"\bt\d+\b", target))
+
+
 def _empty_shape(detail: str) -> bool:
     m = re.search(r"\[([\d, ]*)\]: cpu stride", detail)
     return bool(m) and "0" in [x.strip() for x in m.group(1).split(",")]
@@ -180,6 +201,11 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "float16), XLA scans and reduces in parallel in float32, as CUDA does; the last bits differ, a "
         "cancellation (2^63 - 2^63 + 6) can lose a term, and an overflow met in CPU's order (inf * 0) may not be",
         lambda d, line, ns: d.kind == "value" and _float_scan(line, ns),
+    ),
+    "subnormal floats flushed to zero": Known(
+        "XLA's CPU kernels flush subnormal operands and results to zero, as TPUs do (0.25 ** 64 is 0, and "
+        "0 * -inf then NaN where CPU gives -inf)",
+        lambda d, line, ns: d.kind == "value" and _meets_subnormals(line, ns),
     ),
     "rounding order of a cancelling float sum": Known(
         "a float sum or mean whose terms are much larger than its result (-2^31 + 2^31 + 6 in bfloat16): "
