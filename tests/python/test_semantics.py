@@ -91,12 +91,14 @@ def _out_aliases_an_input(line: str, ns: dict) -> bool:
     if not m:
         return False
     out = ns.get(m.group(1))
+    if not isinstance(out, torch.Tensor):
+        return False
     for name in re.findall(r"\b(t\d+)\b", line[: m.start()]):
         t = ns.get(name)
-        if name == m.group(1) or (
-            isinstance(t, torch.Tensor)
-            and isinstance(out, torch.Tensor)
-            and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+        parts = t if isinstance(t, (list, tuple)) else [t]  # split's pieces: t7[0]
+        if name == m.group(1) or any(
+            isinstance(p, torch.Tensor) and p.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
+            for p in parts
         ):
             return True
     return False
@@ -166,6 +168,40 @@ def _meets_subnormals(line: str, ns: dict) -> bool:
     return any(_subnormal(after.get(name)) for name in re.findall(r"\bt\d+\b", target))
 
 
+DIVISIONS = {"%": torch.remainder, "//": torch.floor_divide, "remainder": torch.remainder, "fmod": torch.fmod}
+DIVISIONS |= {"floor_divide": torch.floor_divide, "remainder_": torch.remainder, "fmod_": torch.fmod}
+
+
+def _ill_conditioned_division(line: str, ns: dict) -> bool:
+    """`line` is a float remainder, fmod or floor division whose result moves beyond its tolerance
+    when the dividend moves by 4 ulps (a dividend 4.9e9 that a matmul rounded, % 7)."""
+    m = (
+        re.match(r"t\d+ = (?P<x>t\d+) (?P<fn>%|//) (?P<y>.+)$", line)
+        or re.match(r"t\d+ = torch\.(?P<fn>remainder|fmod|floor_divide)\((?P<x>t\d+), (?P<y>.+)\)$", line)
+        or re.match(r"(?:t\d+ = )?(?P<x>t\d+)\.(?P<fn>remainder_|fmod_)\((?P<y>.+)\)$", line)
+    )
+    if not m:
+        return False
+    fn, x_name, other = m["fn"], m["x"], m["y"]
+    x = ns.get(x_name)
+    try:
+        y = eval(other, dict(ns))
+        r = DIVISIONS[fn](x, y)
+    except Exception:  # noqa: BLE001 - it raised on CPU: not a value divergence of its own
+        return False
+    if not (isinstance(x, torch.Tensor) and x.dtype in TOLERANCES and r.dtype in TOLERANCES and r.numel()):
+        return False
+    # A few ulps: what an earlier op's rounding order moves its result by.
+    moves = 4 * torch.finfo(x.dtype).eps * x.double().abs()
+    y64 = y.double() if isinstance(y, torch.Tensor) else y
+    r_rtol, r_atol = TOLERANCES[r.dtype]
+    for sign in (1, -1):
+        moved = DIVISIONS[fn](x.double() + sign * moves, y64)
+        if ((moved - r.double()).abs() > r_atol + r_rtol * r.double().abs()).any():
+            return True
+    return False
+
+
 def _empty_shape(detail: str) -> bool:
     m = re.search(r"\[([\d, ]*)\]: cpu stride", detail)
     return bool(m) and "0" in [x.strip() for x in m.group(1).split(",")]
@@ -201,6 +237,12 @@ KNOWN_DIVERGENCES: dict[str, Known] = {
         "float16), XLA scans and reduces in parallel in float32, as CUDA does; the last bits differ, a "
         "cancellation (2^63 - 2^63 + 6) can lose a term, and an overflow met in CPU's order (inf * 0) may not be",
         lambda d, line, ns: d.kind == "value" and _float_scan(line, ns),
+    ),
+    "a remainder of a rounded dividend": Known(
+        "a float remainder, fmod or floor division is as exact as its dividend: where a dividend that an "
+        "earlier op rounded (a matmul's 4.9e9, within tolerance of CPU's) moves the result beyond tolerance "
+        "when it moves by a few ulps, the results differ as the roundings do",
+        lambda d, line, ns: d.kind == "value" and _ill_conditioned_division(line, ns),
     ),
     "subnormal floats flushed to zero": Known(
         "XLA's CPU kernels flush subnormal operands and results to zero, as TPUs do (0.25 ** 64 is 0, and "
