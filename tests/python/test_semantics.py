@@ -90,9 +90,16 @@ def _out_aliases_an_input(line: str, ns: dict) -> bool:
     m = re.search(r"out=(t\d+)\b", line)
     if not m:
         return False
-    out = ns.get(m.group(1))
-    if not isinstance(out, torch.Tensor):
-        return False
+
+    def storages(v):
+        parts = v if isinstance(v, (list, tuple)) else [v]  # split's pieces: t7[0]
+        return {p.untyped_storage().data_ptr() for p in parts if isinstance(p, torch.Tensor)}
+
+    out = storages(ns.get(m.group(1)))
+    for name in re.findall(r"\b(t\d+)\b", line[: m.start()]):
+        if name == m.group(1) or storages(ns.get(name)) & out:
+            return True
+    return False
     for name in re.findall(r"\b(t\d+)\b", line[: m.start()]):
         t = ns.get(name)
         parts = t if isinstance(t, (list, tuple)) else [t]  # split's pieces: t7[0]
