@@ -100,15 +100,16 @@ def _out_aliases_an_input(line: str, ns: dict) -> bool:
         if name == m.group(1) or storages(ns.get(name)) & out:
             return True
     return False
-    for name in re.findall(r"\b(t\d+)\b", line[: m.start()]):
-        t = ns.get(name)
-        parts = t if isinstance(t, (list, tuple)) else [t]  # split's pieces: t7[0]
-        if name == m.group(1) or any(
-            isinstance(p, torch.Tensor) and p.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
-            for p in parts
-        ):
-            return True
-    return False
+
+
+def _run_on_cpu(line: str, ns: dict) -> dict | None:
+    """The namespace after `line` runs on CPU, or None where it raises there (no value divergence of its own)."""
+    after = dict(ns)
+    try:
+        exec(line, after)
+    except Exception:  # noqa: BLE001 - any error CPU raises
+        return None
+    return after
 
 
 def _float_scan(line: str, ns: dict) -> bool:
@@ -116,10 +117,8 @@ def _float_scan(line: str, ns: dict) -> bool:
     m = re.match(r"(t\d+) = .*\b(cumsum|cumprod|prod)\(", line)
     if not m:
         return False
-    after = dict(ns)
-    try:
-        exec(line, after)
-    except Exception:  # noqa: BLE001 - it raised on CPU: not a value divergence of its own
+    after = _run_on_cpu(line, ns)
+    if after is None:
         return False
     out = after.get(m.group(1))
     return isinstance(out, torch.Tensor) and out.dtype.is_floating_point
@@ -135,10 +134,8 @@ def _cancelling_sum(line: str, ns: dict) -> bool:
     m = re.match(r"(t\d+) = torch\.(sum|nansum|mean)\((t\d+)\b", line)
     if not m:
         return False
-    after = dict(ns)
-    try:
-        exec(line, after)
-    except Exception:  # noqa: BLE001 - it raised on CPU: not a value divergence of its own
+    after = _run_on_cpu(line, ns)
+    if after is None:
         return False
     out, x = after.get(m.group(1)), ns.get(m.group(3))
     if not (isinstance(out, torch.Tensor) and out.dtype in TOLERANCES and isinstance(x, torch.Tensor)):
@@ -167,10 +164,8 @@ def _meets_subnormals(line: str, ns: dict) -> bool:
     target, _, expr = line.partition(" = ")
     if _ and any(_subnormal(ns.get(name)) for name in re.findall(r"\bt\d+\b", expr)):
         return True
-    after = dict(ns)
-    try:
-        exec(line, after)
-    except Exception:  # noqa: BLE001 - it raised on CPU: not a value divergence of its own
+    after = _run_on_cpu(line, ns)
+    if after is None:
         return False
     return any(_subnormal(after.get(name)) for name in re.findall(r"\bt\d+\b", target))
 
