@@ -152,6 +152,7 @@ def _cancelling_sum(line: str, ns: dict) -> bool:
 
 
 def _subnormal(v) -> bool:
+    """Whether v (a tensor, or a tuple of them) holds a subnormal float."""
     if isinstance(v, (list, tuple)):
         return any(_subnormal(x) for x in v)
     if not isinstance(v, torch.Tensor) or not v.dtype.is_floating_point or v.numel() == 0:
@@ -161,8 +162,8 @@ def _subnormal(v) -> bool:
 
 def _meets_subnormals(line: str, ns: dict) -> bool:
     """`line` reads a tensor holding subnormal floats, or computes one on CPU (XLA flushes them to zero)."""
-    target, _, expr = line.partition(" = ")
-    if _ and any(_subnormal(ns.get(name)) for name in re.findall(r"\bt\d+\b", expr)):
+    target, assigns, expr = line.partition(" = ")
+    if assigns and any(_subnormal(ns.get(name)) for name in re.findall(r"\bt\d+\b", expr)):
         return True
     after = _run_on_cpu(line, ns)
     if after is None:
@@ -712,9 +713,7 @@ def view_dtype(g):
 def bit_noise(t: torch.Tensor) -> bool:
     """Float values whose bits are not PyTorch semantics: NaN payloads, and subnormals
     (which XLA may flush to zero): what a view as another dtype would expose."""
-    if not t.dtype.is_floating_point:
-        return False
-    return bool(t.isnan().any() or ((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny)).any())
+    return t.dtype.is_floating_point and (bool(t.isnan().any()) or _subnormal(t))
 
 
 def cat_partner(g: Gen, t: torch.Tensor, d: int) -> str:
